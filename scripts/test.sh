@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# One command from a fresh clone to the test suite: installs .venv, builds the ci
+# fixture pair if missing, runs pytest (unit + engine tiers; gpu tests skip without a
+# GPU; slow tier only with SPECDEC_SLOW=1). Extra args go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/python -m vllm_specdec_plugin.fixtures --pair ci
+source scripts/cpu_env.sh
+markers="not slow"
+[ "${SPECDEC_SLOW:-0}" = 1 ] && markers=""
+exec .venv/bin/python -m pytest ${markers:+-m "$markers"} "$@"

@@ -1,0 +1,46 @@
+"""Start a real vLLM engine in a subprocess, one at a time, and collect results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+              "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
+class EngineFailed(RuntimeError):
+    def __init__(self, rc: int, output: str):
+        super().__init__(f"engine exited {rc}:\n{output[-4000:]}")
+        self.rc, self.output = rc, output
+
+
+def engine_kwargs(target: Path, spec: dict | None = None, **kw) -> dict:
+    args = dict(model=str(target), dtype="float32", max_model_len=512, enforce_eager=True,
+                max_num_seqs=16, seed=0, gpu_memory_utilization=0.5)
+    if spec is not None:
+        args["speculative_config"] = spec
+    args.update(kw)
+    return args
+
+
+def plugin_spec(draft: Path, k: int, **opts) -> dict:
+    return {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
+            "num_speculative_tokens": k,
+            "draft_load_config": {"model_loader_extra_config": {"specdec": {"draft_model": str(draft), **opts}}}}
+
+
+def run_engine(engine: dict, jobs: list[dict], env: dict | None = None, timeout: int = 900) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        job, out = Path(d, "job.json"), Path(d, "out.json")
+        job.write_text(json.dumps({"engine": engine, "jobs": jobs}))
+        full_env = {**os.environ, **ENGINE_ENV, **(env or {})}
+        p = subprocess.run([sys.executable, "-m", "vllm_specdec_plugin.testing.engine_job", str(job), str(out)],
+                           env=full_env, capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0 or not out.exists():
+            raise EngineFailed(p.returncode, p.stdout + p.stderr)
+        return json.loads(out.read_text())

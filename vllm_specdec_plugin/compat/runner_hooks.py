@@ -1,0 +1,75 @@
+"""Hooks into vLLM's GPUModelRunner (CPUModelRunner subclasses it).
+
+Why: the ``custom_class`` proposer contract (v1/spec_decode/custom_class_proposer.py)
+  gives the proposer only token arrays. It needs (a) the runner, for request ids,
+  sampling parameters and the draft-probs channel, and (b) request lifecycle events
+  (finished, preempted) to free its draft KV blocks.
+How: wrap ``GPUModelRunner._update_states``, which sees every SchedulerOutput before
+  the runner forgets finished requests. The wrapper forwards to the runner's drafter
+  only if the drafter is ours, else it is a plain call-through. It is installed from
+  our proposer's constructor, i.e. only when the user configured our proposer.
+  Draft probabilities go into ``runner._draft_probs`` / ``_draft_prob_req_ids``, the
+  channel ``_get_spec_decode_draft_probs`` reads at the next step.
+Upstream: a proposer interface with lifecycle callbacks and a draft-probs return
+  value (the custom_class hook is marked experimental).
+Remove when: vLLM's custom proposer API passes scheduler output / request state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+_installed = False
+
+
+class LifecycleAware(Protocol):
+    def bind_runner(self, runner: Any) -> None: ...
+    def on_scheduler_output(self, scheduler_output: Any) -> None: ...
+
+
+def install() -> None:
+    """Wrap GPUModelRunner._update_states (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    from vllm.v1.worker import gpu_model_runner as gmr
+
+    original = gmr.GPUModelRunner._update_states
+
+    def _update_states(self, scheduler_output):  # noqa: ANN001 - vLLM signature
+        drafter = getattr(self, "drafter", None)
+        if getattr(drafter, "_specdec_lifecycle", False):
+            drafter.bind_runner(self)
+            drafter.on_scheduler_output(scheduler_output)
+        return original(self, scheduler_output)
+
+    _update_states.__wrapped__ = original  # type: ignore[attr-defined]
+    gmr.GPUModelRunner._update_states = _update_states
+    _installed = True
+
+
+def batch_req_ids(runner: Any) -> list[str]:
+    """Request ids of the persistent batch rows, in the order propose() receives them."""
+    return runner.input_batch.req_ids
+
+
+def sampling_params(runner: Any, req_id: str) -> Any:
+    return runner.requests[req_id].sampling_params
+
+
+def prompt_len(runner: Any, row: int) -> int:
+    return int(runner.input_batch.num_prompt_tokens[row])
+
+
+def set_draft_probs(runner: Any, req_ids: list[str], probs: Any) -> None:
+    """Hand q [len(req_ids), K, V] (float32, runner device) to the rejection sampler."""
+    runner._draft_probs = probs
+    runner._draft_prob_req_ids = req_ids
+
+
+def finished_req_ids(scheduler_output: Any) -> set[str]:
+    return set(scheduler_output.finished_req_ids or ())
+
+
+def preempted_req_ids(scheduler_output: Any) -> set[str]:
+    return set(getattr(scheduler_output, "preempted_req_ids", None) or ())

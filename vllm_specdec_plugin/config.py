@@ -1,0 +1,157 @@
+"""The plugin's configuration: one validated dataclass, fed from three sources.
+
+Precedence (later wins): a YAML preset (``preset: configs/NAME.yaml``) <
+``--additional-config '{"specdec": {...}}'`` < ``--speculative-config`` key
+``draft_load_config.model_loader_extra_config.specdec``. ``k`` itself is vLLM's
+``num_speculative_tokens``. Keys map one to one onto the fields below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from vllm_specdec_plugin.errors import SpecDecConfigError
+
+MAX_K = 32  # above this the verify step is mostly wasted work; likely a typo
+CONFIG_KEY = "specdec"
+REPO_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+@dataclass(frozen=True, slots=True)
+class SpecDecConfig:
+    """Options of the draft-model proposer."""
+
+    draft_model: str
+    """Local folder of the draft model (Hugging Face layout: config.json, *.safetensors,
+    tokenizer). Must share the target's tokenizer and vocabulary."""
+
+    num_speculative_tokens: int = 4
+    """k: draft tokens proposed per request and round (vLLM's num_speculative_tokens)."""
+
+    block_size: int = 16
+    """Tokens per block of the draft's own paged KV cache."""
+
+    draft_kv_cache_mib: float = 256.0
+    """Memory budget of the draft KV cache in MiB; sets the number of blocks. When the
+    pool is full, a request is decoded without drafts for that round (and counted)."""
+
+    draft_dtype: str = "auto"
+    """Draft weights/KV dtype: auto (the target's dtype), float32, bfloat16, float16."""
+
+    tokenizer_probe: str = "def speculate(x):\n    return x ** 2  # naïve café €5 日本"
+    """Text both tokenizers must encode identically (checked at start-up)."""
+
+    preset: str | None = None
+    """YAML preset the other options were layered on (path, or a name in configs/)."""
+
+    def __post_init__(self) -> None:
+        k = self.num_speculative_tokens
+        if not isinstance(k, int) or k < 1:
+            raise SpecDecConfigError(
+                f"num_speculative_tokens must be >= 1, got {k!r}. Fix: set "
+                '"num_speculative_tokens" in --speculative-config to 1..%d.' % MAX_K)
+        if k > MAX_K:
+            raise SpecDecConfigError(
+                f"num_speculative_tokens={k} is above the supported maximum {MAX_K}. "
+                "Fix: use a smaller k (2-8 is typical).")
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise SpecDecConfigError(
+                f"block_size must be a power of two >= 1, got {self.block_size}. Fix: use 16.")
+        if not self.draft_kv_cache_mib > 0:
+            raise SpecDecConfigError(
+                f"draft_kv_cache_mib must be > 0, got {self.draft_kv_cache_mib}.")
+        if self.draft_dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise SpecDecConfigError(
+                f"draft_dtype {self.draft_dtype!r} is not one of auto, float32, bfloat16, "
+                "float16.")
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> "SpecDecConfig":
+        """Validate keys and build; unknown keys get an error listing the valid ones."""
+        known = set(cls.field_names())
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise SpecDecConfigError(
+                f"unknown plugin option(s) {unknown}. Valid options: {sorted(known)}.")
+        if not options.get("draft_model"):
+            raise SpecDecConfigError(
+                "no draft model configured. Fix: add "
+                '"draft_load_config": {"model_loader_extra_config": {"specdec": '
+                '{"draft_model": "/path/to/draft"}}} to --speculative-config, or a '
+                "preset with draft_model.")
+        try:
+            return cls(**options)
+        except TypeError as e:  # wrong value types for dataclass fields
+            raise SpecDecConfigError(f"invalid plugin option value: {e}") from None
+
+
+def load_preset(ref: str) -> dict[str, Any]:
+    """Read a YAML preset given as a path or as a name in the repo's configs/ folder."""
+    import yaml
+
+    candidates = [Path(ref), REPO_CONFIGS / ref, REPO_CONFIGS / f"{ref}.yaml"]
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is None:
+        raise SpecDecConfigError(
+            f"preset {ref!r} not found (looked at {[str(c) for c in candidates]}). Fix: "
+            f"pass an existing YAML path or one of {sorted(p.stem for p in REPO_CONFIGS.glob('*.yaml'))}.")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise SpecDecConfigError(f"preset {path} is not valid YAML: {e}. Fix the file.") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SpecDecConfigError(f"preset {path} must be a YAML mapping of option: value.")
+    data = dict(data.get(CONFIG_KEY, data))
+    if "preset" in data:
+        raise SpecDecConfigError(f"preset {path} may not name another preset.")
+    # Draft paths in a preset may use $VARS and be relative to the preset file.
+    dm = data.get("draft_model")
+    if isinstance(dm, str) and dm:
+        dm = os.path.expandvars(dm)
+        if not os.path.isabs(dm) and (path.parent / dm).exists():
+            dm = str(path.parent / dm)
+        data["draft_model"] = dm
+    return data
+
+
+def merge_sources(num_speculative_tokens: int, *layers: Mapping[str, Any] | None) -> SpecDecConfig:
+    """Merge option layers (later wins), expanding any ``preset`` first, and validate."""
+    merged: dict[str, Any] = {}
+    explicit: dict[str, Any] = {}
+    for layer in layers:
+        if layer:
+            if not isinstance(layer, Mapping):
+                raise SpecDecConfigError(
+                    f"plugin options must be a JSON object under {CONFIG_KEY!r}, got {layer!r}")
+            explicit.update(layer)
+    preset = explicit.get("preset")
+    if preset:
+        merged.update(load_preset(str(preset)))
+    merged.update(explicit)
+    merged["num_speculative_tokens"] = num_speculative_tokens
+    return SpecDecConfig.from_mapping(merged)
+
+
+def from_vllm_config(vllm_config: Any) -> SpecDecConfig:
+    """Collect the plugin options from a VllmConfig (duck-typed; no vLLM import)."""
+    spec = vllm_config.speculative_config
+    additional = (getattr(vllm_config, "additional_config", None) or {}).get(CONFIG_KEY)
+    extra = None
+    load_cfg = getattr(spec, "draft_load_config", None)
+    if load_cfg is not None:
+        extra = (getattr(load_cfg, "model_loader_extra_config", None) or {}).get(CONFIG_KEY)
+    return merge_sources(spec.num_speculative_tokens, additional, extra)
+
+
+def replace(cfg: SpecDecConfig, **changes: Any) -> SpecDecConfig:
+    return dataclasses.replace(cfg, **changes)

@@ -1,0 +1,1 @@
+"""The draft model: a Llama forward in plain torch over the plugin's paged KV cache."""

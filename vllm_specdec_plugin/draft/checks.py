@@ -1,0 +1,135 @@
+"""Start-up checks that a draft model can serve a target. Each failure names the fix.
+
+Reads config.json / generation_config.json / tokenizer files only (no weights), so a
+bad pair fails before the target's weights are loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from vllm_specdec_plugin.errors import DraftCompatibilityError, SpecDecConfigError
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
+
+
+def resolve_draft_path(ref: str) -> Path:
+    """A local folder for ``ref``: the path itself, or a cached Hugging Face snapshot."""
+    p = Path(os.path.expanduser(ref))
+    if p.is_dir():
+        if not os.access(p, os.R_OK | os.X_OK):
+            raise SpecDecConfigError(f"draft model folder {p} is not readable. Fix its permissions.")
+        if not (p / "config.json").is_file():
+            raise SpecDecConfigError(
+                f"draft model folder {p} has no config.json. Fix: point draft_model at a "
+                "Hugging Face model folder (config.json, *.safetensors, tokenizer files).")
+        return p
+    if p.exists():
+        raise SpecDecConfigError(f"draft_model {p} is a file, not a model folder.")
+    if ref.count("/") == 1 and not ref.startswith((".", "/", "~")):
+        try:
+            from huggingface_hub import snapshot_download
+
+            return Path(snapshot_download(ref, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt"]))
+        except Exception as e:  # offline, gated, missing
+            raise SpecDecConfigError(
+                f"draft model {ref!r} is not a local folder and could not be fetched from "
+                f"the Hugging Face hub ({type(e).__name__}: {e}). Fix: download it first "
+                "(huggingface-cli download) and pass the local folder.") from None
+    raise SpecDecConfigError(
+        f"draft model folder {ref!r} does not exist. Fix: set draft_model to the local "
+        "folder of the draft checkpoint.")
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise SpecDecConfigError(f"cannot read {path}: {e}. Fix or replace the file.") from None
+
+
+def _eos_ids(folder: Path, cfg: dict[str, Any]) -> set[int]:
+    ids: set[int] = set()
+    gen = folder / "generation_config.json"
+    for src in ([cfg] + ([_json(gen)] if gen.is_file() else [])):
+        e = src.get("eos_token_id")
+        if isinstance(e, int):
+            ids.add(e)
+        elif isinstance(e, list):
+            ids.update(int(x) for x in e)
+    return ids
+
+
+def check_draft_compatible(draft: Path, target_hf_config: Any, target_tokenizer: str,
+                           target_model_dir: str | None, max_model_len: int,
+                           probe: str) -> dict[str, Any]:
+    """Raise DraftCompatibilityError unless ``draft`` can draft for the target.
+
+    target_hf_config: the target's transformers config (attribute access).
+    Returns the draft's config.json as a dict.
+    """
+    cfg = _json(draft / "config.json")
+    arch = (cfg.get("architectures") or ["?"])[0]
+    if arch not in SUPPORTED_ARCHITECTURES or cfg.get("model_type") not in (None, "llama"):
+        raise DraftCompatibilityError(
+            f"draft architecture {arch} (model_type={cfg.get('model_type')}) is not supported; "
+            f"the draft runner implements {SUPPORTED_ARCHITECTURES}. Fix: use a Llama-"
+            "architecture draft, or vLLM's in-tree method 'draft_model' for other families.")
+    t_vocab = getattr(target_hf_config, "vocab_size", None)
+    if cfg.get("vocab_size") != t_vocab:
+        raise DraftCompatibilityError(
+            f"draft vocab_size {cfg.get('vocab_size')} != target vocab_size {t_vocab}. Fix: "
+            "pick a draft trained with the target's tokenizer (same family, e.g. "
+            "Llama-3.2-1B for Llama-3.2-3B).")
+    t_eos = _target_eos(target_hf_config, target_model_dir)
+    d_eos = _eos_ids(draft, cfg)
+    if t_eos and d_eos and not (t_eos & d_eos):
+        raise DraftCompatibilityError(
+            f"draft EOS token ids {sorted(d_eos)} share none with the target's {sorted(t_eos)}. "
+            "Fix: use a draft from the same model family / tokenizer as the target.")
+    d_max = int(cfg.get("max_position_embeddings", 0))
+    if d_max < max_model_len:
+        raise DraftCompatibilityError(
+            f"draft max_position_embeddings {d_max} < served max_model_len {max_model_len}. "
+            f"Fix: serve with --max-model-len {d_max} or lower, or use a draft with a "
+            "longer context.")
+    _check_tokenizers(draft, target_tokenizer, probe)
+    return cfg
+
+
+def _target_eos(hf_config: Any, model_dir: str | None) -> set[int]:
+    ids: set[int] = set()
+    e = getattr(hf_config, "eos_token_id", None)
+    if isinstance(e, int):
+        ids.add(e)
+    elif isinstance(e, (list, tuple)):
+        ids.update(int(x) for x in e)
+    if model_dir and Path(model_dir, "generation_config.json").is_file():
+        g = _json(Path(model_dir, "generation_config.json")).get("eos_token_id")
+        if isinstance(g, int):
+            ids.add(g)
+        elif isinstance(g, list):
+            ids.update(int(x) for x in g)
+    return ids
+
+
+def _check_tokenizers(draft: Path, target_tokenizer: str, probe: str) -> None:
+    from transformers import AutoTokenizer
+
+    try:
+        d_tok = AutoTokenizer.from_pretrained(str(draft))
+    except Exception as e:
+        raise DraftCompatibilityError(
+            f"cannot load the draft's tokenizer from {draft} ({type(e).__name__}: {e}). "
+            "Fix: copy the target's tokenizer files into the draft folder.") from None
+    t_tok = AutoTokenizer.from_pretrained(target_tokenizer)
+    d_ids = d_tok.encode(probe, add_special_tokens=False)
+    t_ids = t_tok.encode(probe, add_special_tokens=False)
+    if d_ids != t_ids:
+        raise DraftCompatibilityError(
+            f"draft and target tokenizers disagree on the probe string {probe!r}: draft "
+            f"{d_ids[:12]}... vs target {t_ids[:12]}.... Fix: the draft must use the "
+            "target's tokenizer (same vocabulary and merges).")

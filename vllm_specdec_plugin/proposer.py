@@ -1,0 +1,326 @@
+"""DraftModelProposer: the draft side of speculative decoding, as a vLLM proposer.
+
+Selected with ``--speculative-config '{"method": "custom_class", "model":
+"vllm_specdec_plugin.DraftModelProposer", "num_speculative_tokens": K, ...}'``.
+
+Each engine step vLLM calls ``propose`` after the target verified the previous
+drafts. For every running request the proposer
+
+1. rolls its draft KV back to the accepted length (block-table trim);
+2. lazily feeds the draft every committed token it has not seen (the whole prompt on
+   the first round: lazy prefill; after that the last accepted/bonus tokens);
+3. drafts k tokens with k batched draft forwards (one per draft position, all
+   requests together), greedy or sampled from the request's own distribution q.
+
+The draft runs on its own paged KV cache (``kv/``) with its own allocator; the
+target verifies all drafts in vLLM's normal batched forward (no extra target pass).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from vllm_specdec_plugin.compat import runner_hooks
+from vllm_specdec_plugin.config import SpecDecConfig, from_vllm_config
+from vllm_specdec_plugin.draft.checks import check_draft_compatible, resolve_draft_path
+from vllm_specdec_plugin.errors import SpecDecConfigError
+from vllm_specdec_plugin.kv import BlockAllocator, BlockTable, PagedKVCache
+from vllm_specdec_plugin.kv.paged_cache import BatchLayout
+from vllm_specdec_plugin.stats import ProposerStats, RequestAcceptance
+
+logger = logging.getLogger("vllm_specdec_plugin")
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(slots=True)
+class _Request:
+    """Draft-side state of one request."""
+
+    table: BlockTable = field(default_factory=BlockTable)
+    tokens: list[int] = field(default_factory=list)  # tokens whose KV is cached
+    committed: int = 0      # committed length when we last drafted
+    drafted: list[int] = field(default_factory=list)  # drafts proposed last round
+    generator: torch.Generator | None = None
+    acceptance: RequestAcceptance = field(default_factory=RequestAcceptance)
+
+
+@dataclass(slots=True)
+class _Plan:
+    """One request's work in this round."""
+
+    row: int                # row in the runner's batch
+    req_id: str
+    req: _Request
+    new_tokens: list[int]   # committed tokens to feed before drafting
+    length: int             # committed length L
+    k: int                  # drafts wanted this round
+    spec: Any = None        # SamplingSpec, or None for greedy
+    prompt: list[int] = field(default_factory=list)
+    output: list[int] = field(default_factory=list)
+    drafts: list[int] = field(default_factory=list)
+    q: list[torch.Tensor] = field(default_factory=list)  # [V] per draft (sampled rows)
+
+
+class DraftModelProposer:
+    """A vLLM ``custom_class`` proposer running a draft LM on its own paged KV cache."""
+
+    _specdec_lifecycle = True  # marker read by compat.runner_hooks
+
+    def __init__(self, vllm_config: Any):
+        self.vllm_config = vllm_config
+        self.config: SpecDecConfig = from_vllm_config(vllm_config)
+        self.k = self.config.num_speculative_tokens
+        mc = vllm_config.model_config
+        self.max_model_len = int(mc.max_model_len)
+        self.draft_path = resolve_draft_path(self.config.draft_model)
+        self.draft_hf_config = check_draft_compatible(
+            self.draft_path, mc.hf_config, mc.tokenizer, mc.model, self.max_model_len,
+            self.config.tokenizer_probe)
+        self.vocab_size = int(self.draft_hf_config["vocab_size"])
+        if self.config.draft_dtype == "auto":
+            self.dtype = mc.dtype if isinstance(mc.dtype, torch.dtype) else torch.float32
+        else:
+            self.dtype = _DTYPES[self.config.draft_dtype]
+        self.model = None
+        self.cache: PagedKVCache | None = None
+        self.allocator: BlockAllocator | None = None
+        self.runner: Any = None
+        self.requests: dict[str, _Request] = {}
+        self.stats = ProposerStats()
+        self.draft_seconds = 0.0   # wall time spent in draft forwards (for c')
+        self.draft_forwards = 0
+        runner_hooks.install()  # only now: the user selected this proposer
+
+    # ------------------------------------------------------------------ set-up
+
+    def load_model(self, target_model: Any = None) -> None:
+        """Load draft weights and size the draft KV pool from the memory budget."""
+        from vllm_specdec_plugin.draft.llama import DraftLlama
+
+        device = torch.device("cpu")
+        if target_model is not None:
+            p = next(iter(target_model.parameters()), None)
+            if p is not None:
+                device = p.device
+        self.device = device
+        self.model = DraftLlama(self.draft_path, self.dtype, device)
+        m, bs = self.model, self.config.block_size
+        per_block = PagedKVCache.bytes_per_block(m.num_layers, bs, m.num_kv_heads, m.head_dim, self.dtype)
+        num_blocks = int(self.config.draft_kv_cache_mib * 2**20 // per_block)
+        one_request = -(-self.max_model_len // bs)
+        if num_blocks < one_request:
+            need = one_request * per_block / 2**20
+            raise SpecDecConfigError(
+                f"draft_kv_cache_mib={self.config.draft_kv_cache_mib} holds {num_blocks} "
+                f"blocks of {bs} tokens, less than one request of max_model_len="
+                f"{self.max_model_len}. Fix: set draft_kv_cache_mib >= {need:.1f}.")
+        self.allocator = BlockAllocator(num_blocks, bs)
+        self.cache = PagedKVCache(m.num_layers, num_blocks, bs, m.num_kv_heads, m.head_dim,
+                                  self.dtype, device)
+        logger.info(
+            "specdec: draft %s (%d layers, hidden %d, %s) on %s; draft KV cache %d blocks x %d "
+            "tokens = %d tokens, %.1f MiB", self.draft_path, m.num_layers, m.hidden,
+            str(self.dtype).removeprefix("torch."), device, num_blocks, bs, num_blocks * bs,
+            self.cache.nbytes / 2**20)
+
+    def bind_runner(self, runner: Any) -> None:
+        self.runner = runner
+
+    # --------------------------------------------------------------- lifecycle
+
+    def on_scheduler_output(self, scheduler_output: Any) -> None:
+        """Free draft blocks of finished, aborted and preempted requests."""
+        for rid in runner_hooks.finished_req_ids(scheduler_output):
+            req = self.requests.pop(rid, None)
+            if req is not None:
+                self.allocator.release(req.table)
+        for rid in runner_hooks.preempted_req_ids(scheduler_output):
+            req = self.requests.get(rid)
+            if req is not None:  # resumed later: re-prefilled lazily
+                self.allocator.release(req.table)
+                req.tokens.clear()
+                req.drafted = []
+
+    def request_acceptance(self, req_id: str) -> RequestAcceptance | None:
+        req = self.requests.get(req_id)
+        return req.acceptance if req else None
+
+    # ----------------------------------------------------------------- propose
+
+    def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
+                token_ids_cpu: np.ndarray, slot_mappings: Any = None, **_: Any) -> list[list[int]]:
+        """Draft tokens for every row of the runner's batch.
+
+        sampled_token_ids: per row, tokens the target emitted this step ([] while a
+          prompt is still being prefilled in chunks).
+        num_tokens_no_spec: [max_num_seqs] committed length per row.
+        token_ids_cpu: [max_num_seqs, max_model_len] committed tokens (read [:n] only).
+        Returns per row a list of draft token ids (possibly empty).
+        """
+        out: list[list[int]] = [[] for _ in sampled_token_ids]
+        if self.runner is None or self.model is None:
+            return out  # warm-up before the first scheduler output
+        req_ids = runner_hooks.batch_req_ids(self.runner)
+        plans: list[_Plan] = []
+        for row, sampled in enumerate(sampled_token_ids):
+            if not sampled:
+                continue
+            plan = self._plan_request(row, req_ids[row], len(sampled) - 1,
+                                      int(num_tokens_no_spec[row]), token_ids_cpu[row])
+            if plan is not None:
+                plans.append(plan)
+        if not plans:
+            return out
+        t0 = time.perf_counter()
+        self._draft(plans)
+        self.draft_seconds += time.perf_counter() - t0
+        self.stats.rounds += 1
+        for p in plans:
+            out[p.row] = p.drafts
+        self._publish_draft_probs(plans)
+        return out
+
+    def _plan_request(self, row: int, req_id: str, num_accepted: int, length: int,
+                      committed_row: np.ndarray) -> _Plan | None:
+        """Roll back to the accepted length and decide this round's work for a request."""
+        req = self.requests.get(req_id)
+        if req is None:
+            req = self.requests[req_id] = _Request()
+            req.generator = self._generator_for(req_id)
+        if req.drafted:
+            self._rollback(req, num_accepted, committed_row)
+        k = min(self.k, self.max_model_len - length - 1)
+        if k <= 0:  # no room: verifying L + k tokens must emit at most max_model_len
+            self.stats.no_draft["length_guard"] += 1
+            return None
+        if not self.allocator.can_reserve(req.table, length + k - 1):
+            self.stats.no_draft["pool_full"] += 1
+            return None
+        self.allocator.reserve(req.table, length + k - 1)
+        new = committed_row[len(req.tokens):length].tolist()
+        plan = _Plan(row=row, req_id=req_id, req=req, new_tokens=new, length=length, k=k)
+        sp = runner_hooks.sampling_params(self.runner, req_id)
+        from vllm_specdec_plugin.sampling.pipeline import SamplingSpec
+
+        spec = SamplingSpec.from_sampling_params(sp)
+        if not spec.is_greedy:
+            n_prompt = runner_hooks.prompt_len(self.runner, row)
+            plan.spec = spec
+            plan.prompt = committed_row[:n_prompt].tolist()
+            plan.output = committed_row[n_prompt:length].tolist()
+        return plan
+
+    def _rollback(self, req: _Request, num_accepted: int, committed_row: np.ndarray) -> None:
+        """Trim the draft KV to what the target accepted from our last drafts.
+
+        The last round cached the committed tokens plus drafts d1..d_{k-1} (d_k's KV
+        was never computed). vLLM reports ``num_accepted`` drafts; their KV is valid.
+        """
+        drafted = req.drafted
+        accepted = max(0, min(num_accepted, len(drafted)))
+        req.acceptance.rounds += 1
+        req.acceptance.drafted += len(drafted)
+        req.acceptance.accepted += accepted
+        self.stats.record_verification(len(drafted), accepted)
+        valid = min(req.committed + accepted, len(req.tokens))
+        # Defensive cross-check against the committed tokens (cheap: <= k entries).
+        lo = req.committed
+        seen = committed_row[lo:valid].tolist()
+        if seen != req.tokens[lo:valid]:
+            self.stats.resyncs += 1
+            match = lo
+            while match < valid and committed_row[match] == req.tokens[match]:
+                match += 1
+            valid = match
+        del req.tokens[valid:]
+        req.table.num_tokens = valid
+        self.allocator.trim(req.table, valid)
+        req.drafted = []
+
+    def _generator_for(self, req_id: str) -> torch.Generator | None:
+        sp = runner_hooks.sampling_params(self.runner, req_id)
+        seed = getattr(sp, "seed", None)
+        if seed is None:
+            return None
+        g = torch.Generator(device="cpu")
+        g.manual_seed((int(seed) * 0x9E3779B1 + 1) & 0xFFFFFFFFFFFF)  # distinct from target's stream
+        return g
+
+    # ------------------------------------------------------------ draft passes
+
+    def _draft(self, plans: list[_Plan]) -> None:
+        """k batched draft forwards. Pass 1 feeds all unseen committed tokens."""
+        bs = self.config.block_size
+        nb = max(len(p.req.table.blocks) for p in plans)
+        tables = torch.zeros((len(plans), nb), dtype=torch.int64)
+        for i, p in enumerate(plans):
+            tables[i, : len(p.req.table.blocks)] = torch.tensor(p.req.table.blocks)
+        tables = tables.to(self.device)
+
+        active = list(range(len(plans)))
+        tokens = [t for p in plans for t in p.new_tokens]
+        qlens = [len(p.new_tokens) for p in plans]
+        seqlens = [p.length for p in plans]
+        self.stats.prefill_tokens += len(tokens)
+        step = 0
+        while active:
+            layout = BatchLayout.build(torch.tensor(qlens), torch.tensor(seqlens),
+                                       tables[active] if step else tables, bs)
+            logits = self.model.forward(torch.tensor(tokens, device=self.device), layout, self.cache)
+            self.draft_forwards += 1
+            drafts = self._sample([plans[i] for i in active], logits)
+            for i, tok in zip(active, drafts):
+                plans[i].drafts.append(tok)
+            if step == 0:
+                for p in plans:  # committed tokens are now cached
+                    p.req.tokens.extend(p.new_tokens)
+            step += 1
+            nxt = [i for i in active if plans[i].k > step]
+            for i in nxt:  # the draft token we feed next becomes cached too
+                plans[i].req.tokens.append(plans[i].drafts[-1])
+            tokens = [plans[i].drafts[-1] for i in nxt]
+            qlens = [1] * len(nxt)
+            seqlens = [plans[i].length + step for i in nxt]
+            active = nxt
+        for p in plans:
+            p.req.table.num_tokens = len(p.req.tokens)
+            p.req.committed = p.length
+            p.req.drafted = list(p.drafts)
+
+    def _sample(self, plans: Sequence[_Plan], logits: torch.Tensor) -> list[int]:
+        """One draft token per plan from logits [B, V]: argmax, or a sample from q."""
+        out = logits.argmax(-1).tolist()
+        sampled = [i for i, p in enumerate(plans) if p.spec is not None]
+        if not sampled:
+            return out
+        from vllm_specdec_plugin.sampling.pipeline import target_probs
+
+        specs = [plans[i].spec for i in sampled]
+        q = target_probs(logits[sampled], specs, [plans[i].prompt for i in sampled],
+                         [plans[i].output + plans[i].drafts for i in sampled])
+        for j, i in enumerate(sampled):
+            tok = int(torch.multinomial(q[j], 1, generator=plans[i].req.generator))
+            out[i] = tok
+            plans[i].q.append(q[j])
+        return out
+
+    def _publish_draft_probs(self, plans: list[_Plan]) -> None:
+        """Give the rejection sampler q for every drafted request (one-hot for greedy)."""
+        if not any(p.spec is not None for p in plans):
+            return
+        V, K = self.vocab_size, max(p.k for p in plans)
+        dev = self.runner.device if hasattr(self.runner, "device") else self.device
+        probs = torch.zeros((len(plans), K, V), dtype=torch.float32)
+        for i, p in enumerate(plans):
+            if p.q:
+                probs[i, : len(p.q)] = torch.stack(p.q).float()
+            else:  # greedy request in a mixed batch: the draft is a point mass
+                probs[i, torch.arange(len(p.drafts)), torch.tensor(p.drafts)] = 1.0
+        runner_hooks.set_draft_probs(self.runner, [p.req_id for p in plans], probs.to(dev))

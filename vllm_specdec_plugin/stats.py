@@ -1,0 +1,43 @@
+"""Acceptance and capacity bookkeeping of the proposer (pure Python)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class RequestAcceptance:
+    """One request's speculation record."""
+
+    rounds: int = 0     # verification rounds in which it had drafts
+    drafted: int = 0    # draft tokens verified by the target
+    accepted: int = 0   # of those, accepted
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per round: accepted drafts + the recovered/bonus token."""
+        return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
+
+
+@dataclass(slots=True)
+class ProposerStats:
+    """Engine-lifetime counters."""
+
+    rounds: int = 0                 # propose() calls that drafted for >= 1 request
+    drafted: int = 0
+    accepted: int = 0
+    accepted_by_position: Counter = field(default_factory=Counter)
+    prefill_tokens: int = 0         # tokens run through the draft to catch up/prefill
+    no_draft: Counter = field(default_factory=Counter)  # reason -> request-rounds
+    resyncs: int = 0                # draft cache disagreed with committed tokens
+
+    def record_verification(self, drafted: int, accepted: int) -> None:
+        self.drafted += drafted
+        self.accepted += accepted
+        for pos in range(accepted):
+            self.accepted_by_position[pos] += 1

@@ -1,0 +1,70 @@
+"""Run one vLLM engine over a list of generation jobs; write results as JSON.
+
+Usage: python -m vllm_specdec_plugin.testing.engine_job JOB.json OUT.json
+
+An engine spawns processes and pins a core, so tests start one engine at a time in a
+subprocess and free it before the next. JOB.json::
+
+    {"engine": {LLM kwargs...},
+     "jobs": [{"name": str, "prompts": [str | [token ids]], "batch_size": int,
+               "params": {SamplingParams kwargs} | [one per prompt]}]}
+
+OUT.json: {"jobs": {name: [{"token_ids": [...], "text": str, "finish_reason": str}]},
+           "metrics": {name: value}, "proposer": {...} | null}
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def _metrics(llm) -> dict:
+    out: dict = {}
+    try:
+        for m in llm.get_metrics():
+            v = getattr(m, "value", None)
+            if v is None:
+                v = getattr(m, "values", None)
+            out[m.name] = v
+    except Exception as e:  # metrics are best effort; results are what tests check
+        out["error"] = repr(e)
+    return out
+
+
+def main(job_path: str, out_path: str) -> None:
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    spec = json.loads(open(job_path).read())
+    t0 = time.perf_counter()
+    llm = LLM(**spec["engine"])
+    startup = time.perf_counter() - t0
+    results: dict = {}
+    timings: dict = {}
+    for job in spec["jobs"]:
+        prompts = [TokensPrompt(prompt_token_ids=p) if isinstance(p, list) else p
+                   for p in job["prompts"]]
+        params = job.get("params", {})
+        plist = params if isinstance(params, list) else [params] * len(prompts)
+        bs = job.get("batch_size") or len(prompts)
+        outs = []
+        t1 = time.perf_counter()
+        for i in range(0, len(prompts), bs):
+            res = llm.generate(prompts[i:i + bs], [SamplingParams(**p) for p in plist[i:i + bs]],
+                               use_tqdm=False)
+            for r in res:
+                for c in r.outputs:
+                    outs.append({"token_ids": list(c.token_ids), "text": c.text,
+                                 "finish_reason": c.finish_reason,
+                                 "prompt_len": len(r.prompt_token_ids or [])})
+        timings[job["name"]] = time.perf_counter() - t1
+        results[job["name"]] = outs
+    out = {"jobs": results, "metrics": _metrics(llm), "startup_s": startup, "job_s": timings}
+    with open(out_path, "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
