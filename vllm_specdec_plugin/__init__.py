@@ -40,6 +40,11 @@ def register() -> None:
     from vllm_specdec_plugin.compat.version import check_vllm_version
 
     check_vllm_version()
+    from vllm_specdec_plugin.compat import rejection_adapter
+
+    # Frontend (API process): request validation refuses min_p/logit_bias under any
+    # speculation. The wrapper is a pass-through unless our proposer is configured.
+    rejection_adapter.install_frontend_patch()
     _registered = True
     _trace_registration()
 

@@ -42,6 +42,12 @@ class SpecDecConfig:
     draft_dtype: str = "auto"
     """Draft weights/KV dtype: auto (the target's dtype), float32, bfloat16, float16."""
 
+    draft_sampling: str = "sample"
+    """How sampled (temperature > 0) requests draft: "sample" draws each draft from the
+    draft's distribution q after the request's sampling pipeline and hands q to the
+    rejection sampler; "greedy" drafts argmax tokens as point masses (q one-hot).
+    Both are lossless; "sample" usually accepts more at high temperature."""
+
     tokenizer_probe: str = "def speculate(x):\n    return x ** 2  # naïve café €5 日本"
     """Text both tokenizers must encode identically (checked at start-up)."""
 
@@ -64,6 +70,9 @@ class SpecDecConfig:
         if not self.draft_kv_cache_mib > 0:
             raise SpecDecConfigError(
                 f"draft_kv_cache_mib must be > 0, got {self.draft_kv_cache_mib}.")
+        if self.draft_sampling not in ("sample", "greedy"):
+            raise SpecDecConfigError(
+                f"draft_sampling {self.draft_sampling!r} is not one of sample, greedy.")
         if self.draft_dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise SpecDecConfigError(
                 f"draft_dtype {self.draft_dtype!r} is not one of auto, float32, bfloat16, "

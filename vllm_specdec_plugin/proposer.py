@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from vllm_specdec_plugin.compat import runner_hooks
+from vllm_specdec_plugin.compat import rejection_adapter, runner_hooks
 from vllm_specdec_plugin.config import SpecDecConfig, from_vllm_config
 from vllm_specdec_plugin.draft.checks import check_draft_compatible, resolve_draft_path
 from vllm_specdec_plugin.errors import SpecDecConfigError
@@ -96,7 +96,10 @@ class DraftModelProposer:
         self.stats = ProposerStats()
         self.draft_seconds = 0.0   # wall time spent in draft forwards (for c')
         self.draft_forwards = 0
-        runner_hooks.install()  # only now: the user selected this proposer
+        # Only now, when the user selected this proposer: GPUModelRunner.__init__ builds
+        # its rejection sampler and input batch right after constructing us.
+        runner_hooks.install()
+        rejection_adapter.install_worker_patches()
 
     # ------------------------------------------------------------------ set-up
 
@@ -132,6 +135,7 @@ class DraftModelProposer:
 
     def bind_runner(self, runner: Any) -> None:
         self.runner = runner
+        runner_hooks.bind_sampler(runner)
 
     # --------------------------------------------------------------- lifecycle
 
@@ -210,7 +214,7 @@ class DraftModelProposer:
         from vllm_specdec_plugin.sampling.pipeline import SamplingSpec
 
         spec = SamplingSpec.from_sampling_params(sp)
-        if not spec.is_greedy:
+        if not spec.is_greedy and self.config.draft_sampling == "sample":
             n_prompt = runner_hooks.prompt_len(self.runner, row)
             plan.spec = spec
             plan.prompt = committed_row[:n_prompt].tolist()

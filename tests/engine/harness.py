@@ -21,7 +21,7 @@ class EngineFailed(RuntimeError):
 
 def engine_kwargs(target: Path, spec: dict | None = None, **kw) -> dict:
     args = dict(model=str(target), dtype="float32", max_model_len=512, enforce_eager=True,
-                max_num_seqs=16, seed=0, gpu_memory_utilization=0.5)
+                max_num_seqs=16, seed=0, disable_log_stats=False)
     if spec is not None:
         args["speculative_config"] = spec
     args.update(kw)

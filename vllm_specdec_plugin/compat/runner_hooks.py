@@ -48,6 +48,13 @@ def install() -> None:
     _installed = True
 
 
+def bind_sampler(runner: Any) -> None:
+    """Give our rejection sampler (if the runner has it) access to request state."""
+    sampler = getattr(runner, "rejection_sampler", None)
+    if sampler is not None and hasattr(type(sampler), "runner"):
+        sampler.runner = runner
+
+
 def batch_req_ids(runner: Any) -> list[str]:
     """Request ids of the persistent batch rows, in the order propose() receives them."""
     return runner.input_batch.req_ids

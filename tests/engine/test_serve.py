@@ -1,0 +1,33 @@
+"""`vllm serve` (our launcher) with the plugin answers /v1/completions and /metrics,
+and register() ran in the API-server and engine-core processes."""
+
+import json
+
+from harness import plugin_spec
+from server import Server
+
+
+def test_vllm_serve_with_plugin(ci_pair, tmp_path):
+    trace = tmp_path / "register.jsonl"
+    srv = Server(ci_pair.target, plugin_spec(ci_pair.draft, 3), env={"SPECDEC_REGISTER_TRACE": str(trace)},
+                 log=tmp_path / "serve.log")
+    try:
+        srv.wait_ready()
+        r = srv.post("/v1/completions", {"model": "fixture", "prompt": "def main(", "max_tokens": 24,
+                                         "temperature": 0})
+        assert r["choices"][0]["text"], r
+        assert r["usage"]["completion_tokens"] == 24
+        metrics = srv.get("/metrics")
+        assert "vllm:spec_decode_num_draft_tokens_total" in metrics
+        drafted = [l for l in metrics.splitlines()
+                   if l.startswith("vllm:spec_decode_num_draft_tokens_total")]
+        assert any(float(l.rsplit(" ", 1)[1]) > 0 for l in drafted), drafted
+    finally:
+        srv.stop()
+    recs = [json.loads(l) for l in trace.read_text().splitlines()]
+    pids = {r["pid"] for r in recs}
+    # API server process (the `vllm` script) and at least one engine-core process
+    # (which hosts the worker on CPU) loaded the plugin; once per process.
+    assert srv.proc.pid in pids, recs
+    assert len(pids) >= 2, recs
+    assert len(recs) == len(pids), "register() must be idempotent per process"

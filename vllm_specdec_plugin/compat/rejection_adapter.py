@@ -1,0 +1,179 @@
+"""Our rejection sampler in place of vLLM's, and min_p / logit_bias under speculation.
+
+Why:
+  1. vLLM 0.32's rejection sampler is not exact on CPU: ``expand_batch_to_tokens``
+     (utils/cpu_triton_utils.py ``_expand_kernel_impl``) writes a converted copy and
+     leaves per-token temperature/top-k/top-p uninitialised, so sampled speculation
+     changes the output distribution. It also never applies min_p or logit_bias.
+  2. With any speculative config, ``build_logitsprocs`` builds only the min_tokens
+     processor, so even steps without drafts ignore min_p and logit_bias, and
+     ``SamplingParams._validate_spec_decode`` refuses both per request.
+How:
+  - ``SpecDecRejectionSampler`` subclasses vLLM's RejectionSampler and replaces
+    ``forward``: target logits -> hard constraints -> our sampling pipeline (the same
+    one the draft's q goes through) -> ``vllm_specdec_plugin.rejection``. vLLM's
+    ``parse_output`` and logprobs gathering are reused unchanged.
+  - ``install_worker_patches()`` swaps the module globals ``RejectionSampler`` and
+    ``build_logitsprocs`` in ``v1.worker.gpu_model_runner``. It is called from our
+    proposer's constructor, which GPUModelRunner.__init__ runs before it builds the
+    rejection sampler and the input batch, so only runners using our proposer change.
+  - ``install_frontend_patch()`` (from register(), API process) wraps
+    ``_validate_spec_decode``: a pass-through unless the speculative config names
+    our proposer.
+Upstream: a fixed CPU expand kernel, min_p/logit_bias support in the speculative
+  path, and a rejection-sampler plugin point.
+Remove when: vLLM's own speculative sampling is exact on CPU and honours min_p and
+  logit_bias (then drop the frontend patch and the build_logitsprocs swap too).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+PLUGIN_PREFIX = "vllm_specdec_plugin."
+
+_worker_installed = False
+_frontend_installed = False
+
+
+def is_ours(speculative_config: Any) -> bool:
+    """True when a SpeculativeConfig selects one of this plugin's proposers."""
+    return (speculative_config is not None
+            and getattr(speculative_config, "method", None) == "custom_class"
+            and str(getattr(speculative_config, "model", "")).startswith(PLUGIN_PREFIX))
+
+
+def install_frontend_patch() -> None:
+    """Let min_p and logit_bias through request validation when our proposer runs."""
+    global _frontend_installed
+    if _frontend_installed:
+        return
+    from vllm.sampling_params import SamplingParams
+
+    original = SamplingParams._validate_spec_decode
+
+    def _validate_spec_decode(self, speculative_config):  # noqa: ANN001
+        if is_ours(speculative_config):
+            return None  # our sampler honours min_p and logit_bias exactly
+        return original(self, speculative_config)
+
+    _validate_spec_decode.__wrapped__ = original  # type: ignore[attr-defined]
+    SamplingParams._validate_spec_decode = _validate_spec_decode
+    _frontend_installed = True
+
+
+def install_worker_patches() -> None:
+    """Swap the rejection sampler class and the logits-processor builder (idempotent)."""
+    global _worker_installed
+    if _worker_installed:
+        return
+    from vllm.v1.worker import gpu_model_runner as gmr
+    from vllm.v1.sample import logits_processor as lp
+
+    original_build = gmr.build_logitsprocs
+
+    def build_logitsprocs(vllm_config, device, is_pin_memory, is_pooling_model,
+                          custom_logitsprocs=()):  # noqa: ANN001
+        if is_ours(vllm_config.speculative_config) and not is_pooling_model and not custom_logitsprocs:
+            # The builtin set (min_p, logit_bias, min_tokens) as without speculation:
+            # the plain Sampler (steps without drafts) then honours min_p/logit_bias.
+            return lp.LogitsProcessors(ctor(vllm_config, device, is_pin_memory)
+                                       for ctor in lp.BUILTIN_LOGITS_PROCESSORS)
+        return original_build(vllm_config, device, is_pin_memory, is_pooling_model,
+                              custom_logitsprocs)
+
+    gmr.build_logitsprocs = build_logitsprocs
+    gmr.RejectionSampler = _make_sampler_class(gmr.RejectionSampler)
+    _worker_installed = True
+
+
+def _make_sampler_class(base: type) -> type:
+    from vllm.v1.outputs import SamplerOutput
+
+    class SpecDecRejectionSampler(base):  # type: ignore[misc, valid-type]
+        """vLLM RejectionSampler whose forward runs the plugin's exact rejection sampling."""
+
+        runner: Any = None
+
+        def forward(self, metadata, draft_probs, logits, sampling_metadata):  # noqa: ANN001
+            runner = self.runner
+            if runner is None or not _batch_known(runner, len(metadata.num_draft_tokens)):
+                # vLLM's warm-up calls (dummy requests): numerics are irrelevant there.
+                return super().forward(metadata, draft_probs, logits, sampling_metadata)
+            out = exact_rejection_sample(runner, metadata, draft_probs, logits)
+            logprobs = None
+            if sampling_metadata.max_num_logprobs is not None:
+                logprobs = self._get_logprobs_tensors(
+                    sampling_metadata.max_num_logprobs, metadata, logits,
+                    logits[metadata.target_logits_indices].float(),
+                    logits[metadata.bonus_logits_indices].float(), out)
+            return SamplerOutput(sampled_token_ids=out, logprobs_tensors=logprobs)
+
+    return SpecDecRejectionSampler
+
+
+def _batch_known(runner: Any, batch_size: int) -> bool:
+    ids = runner.input_batch.req_ids[:batch_size]
+    return len(ids) == batch_size and all(r in runner.requests for r in ids)
+
+
+def exact_rejection_sample(runner: Any, metadata: Any, draft_probs: torch.Tensor | None,
+                           logits: torch.Tensor) -> torch.Tensor:
+    """Output token ids [B, K+1] int32 (placeholder -1) for one verification step.
+
+    metadata: vLLM SpecDecodeMetadata; draft_probs [num_draft_tokens_total, V] | None;
+    logits [num_draft_tokens_total + B, V] (per request: its draft rows, then bonus).
+    """
+    from vllm_specdec_plugin.rejection import PLACEHOLDER_TOKEN_ID, rejection_sample
+    from vllm_specdec_plugin.sampling.constraints import (apply_constraints,
+                                                          constraints_from_sampling_params)
+    from vllm_specdec_plugin.sampling.pipeline import SamplingSpec, position_probs
+
+    num_draft = list(metadata.num_draft_tokens)
+    B, K, V = len(num_draft), metadata.max_spec_len, logits.shape[-1]
+    dev = logits.device
+    req_ids = runner.input_batch.req_ids[:B]
+    states = [runner.requests[r] for r in req_ids]
+
+    # Per-request [K+1] logit rows: drafts' target rows, then the bonus row.
+    rows = torch.full((B, K + 1), -1, dtype=torch.int64)
+    flat_drafts = metadata.draft_token_ids.tolist()
+    drafts: list[list[int]] = []
+    tgt = metadata.target_logits_indices.tolist()
+    bonus = metadata.bonus_logits_indices.tolist()
+    start = 0
+    for b, n in enumerate(num_draft):
+        rows[b, :n] = torch.tensor(tgt[start:start + n], dtype=torch.int64)
+        rows[b, n] = bonus[b]
+        rows[b, n + 1:] = bonus[b]  # placeholder positions: never read
+        drafts.append(flat_drafts[start:start + n])
+        start += n
+    target_logits = logits[rows.to(dev)].float()                           # [B, K+1, V]
+
+    specs = [SamplingSpec.from_sampling_params(s.sampling_params) for s in states]
+    outputs = [s.output_token_ids for s in states]
+    constraints = [constraints_from_sampling_params(s.sampling_params) for s in states]
+    if any(c.active for c in constraints):
+        apply_constraints(target_logits, constraints, outputs, drafts)
+    p = position_probs(target_logits, specs, [s.prompt_token_ids or [] for s in states],
+                       outputs, drafts)                                     # [B, K+1, V]
+
+    draft_ids = torch.full((B, max(K, 1)), PLACEHOLDER_TOKEN_ID, dtype=torch.int64)
+    for b, d in enumerate(drafts):
+        if d:
+            draft_ids[b, : len(d)] = torch.tensor(d)
+    q = None
+    if draft_probs is not None:
+        q = torch.zeros((B, max(K, 1), V), dtype=torch.float32, device=dev)
+        start = 0
+        for b, n in enumerate(num_draft):
+            q[b, :n] = draft_probs[start:start + n].float()
+            start += n
+    gens = runner.input_batch.generators
+    generators = [gens.get(i) for i in range(B)]
+    is_greedy = torch.tensor([s.is_greedy for s in specs], dtype=torch.bool)
+    out, _ = rejection_sample(draft_ids[:, :K].to(dev), torch.tensor(num_draft, dtype=torch.int64, device=dev),
+                              None if q is None else q[:, :K], p, is_greedy.to(dev), generators)
+    return out.to(torch.int32)

@@ -1,0 +1,301 @@
+"""Rejection sampling for speculative decoding, as pure tensor functions.
+
+Vocabulary (used with exactly these meanings throughout the package):
+
+- draft: a token proposed by the draft model; it was drawn from the draft
+  distribution q (after the request's sampling pipeline).
+- target: the distribution p from the target model's verification pass at the same
+  position (after the same pipeline), conditioned on the drafts before it.
+- accepted: a draft token that is kept. Draft x at position j is accepted with
+  probability min(1, p_j(x) / q_j(x)), scanning left to right and stopping at the
+  first rejection.
+- recovered: the correction token sampled from norm(max(0, p_j - q_j)) at the first
+  rejected position j. It replaces the rejected draft.
+- bonus: the extra token sampled from p at position k (after the last of the k
+  drafts) when all k drafts are accepted.
+- placeholder: PLACEHOLDER_TOKEN_ID = -1, padding after the end of a row's output.
+
+Every row outputs its accepted drafts followed by exactly one recovered or bonus
+token, so 1..k+1 tokens, each distributed exactly as sampling from p one token at a
+time (Leviathan et al., 2023, https://arxiv.org/abs/2211.17192; the same algorithm
+as vLLM's `v1/sample/rejection_sampler.py`).
+
+Greedy rows (is_greedy) skip randomness: a draft is accepted while it equals
+argmax(p_j); the recovered token is argmax(p_j) at the first mismatch and the bonus
+token is argmax(p_k).
+
+Random-number consumption, per sampled (non-greedy) row b with n = num_draft[b]
+drafts: one call `torch.rand(n + 1, dtype=torch.float64, generator=g)` on that
+row's generator g, giving u_0..u_n in [0, 1). u_j (j < n) is the acceptance test of
+draft j (accepted iff u_j <= p_j(x) / q_j(x)); u_n picks the recovered or bonus
+token by inverting the float64 cumulative sum of its (unnormalised) distribution.
+Only u_0..u_{j} are used when draft j is rejected, but all n + 1 are drawn.
+
+Greedy rows draw nothing. The count depends only on the row's own n, never on the
+batch's K or on other rows, so a seeded row's output does not depend on its batch
+neighbours, and `rejection_sample` matches `rejection_sample_reference` bit for bit
+on seeded rows. Rows without a generator share torch's default generator: the fast
+version draws them in one batched call, so they agree with the reference in
+distribution only. (vLLM draws n float64 uniforms and a V-wide exponential race
+instead; the distributions are the same, the random streams are not.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+PLACEHOLDER_TOKEN_ID = -1
+
+
+def draw_row_uniforms(
+    generator: torch.Generator | None,
+    num_draft: int,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """One sampled row's random numbers: [num_draft + 1] float64 in [0, 1)."""
+    return torch.rand(num_draft + 1, dtype=torch.float64, device=device, generator=generator)
+
+
+def sample_from_weights(
+    weights: torch.Tensor,  # [..., V] float, >= 0, positive sum per row
+    uniform: torch.Tensor,  # [...] float64 in [0, 1)
+) -> torch.Tensor:
+    """Inverse-CDF sampling: token i with probability weights[i] / sum(weights).
+
+    Returns [...] int64. The float64 cumulative sum makes rounding bias negligible,
+    and a zero-weight token is never returned: it would need cdf[i-1] <= x < cdf[i]
+    with cdf[i] == cdf[i-1]. The only rounding edge, x == total, is clamped to the
+    last positive-weight token.
+    """
+    cdf = weights.double().cumsum(dim=-1)
+    x = (uniform * cdf[..., -1]).unsqueeze(-1)
+    index = torch.searchsorted(cdf, x, right=True).squeeze(-1)
+    vocab = weights.shape[-1]
+    last_positive = vocab - 1 - (weights > 0).flip(-1).to(torch.uint8).argmax(dim=-1)
+    return torch.minimum(index, last_positive)
+
+
+def rejection_sample(
+    draft_token_ids: torch.Tensor,  # [B, K] int64, placeholder-padded past num_draft
+    num_draft_tokens: torch.Tensor,  # [B] int64 in 0..K
+    draft_probs: torch.Tensor | None,  # [B, K, V] float, or None (point mass)
+    target_probs: torch.Tensor,  # [B, K + 1, V] float
+    is_greedy: torch.Tensor,  # [B] bool
+    generators: Sequence[torch.Generator | None] | None = None,  # [B]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batched rejection sampling; see the module docstring for the rule and RNG order.
+
+    draft_probs None, or an all-zero draft_probs[b, j] row, means q_j is the one-hot
+    of the draft token. A draft token outside [0, V) is always rejected, and the
+    token replacing it is sampled from p (nothing was accepted to correct for).
+    Returns (output_token_ids [B, K + 1] int64: accepted drafts, then one recovered
+    or bonus token, then placeholders; num_accepted [B] int64).
+    """
+    batch, max_k, vocab, device = _check_shapes(
+        draft_token_ids, num_draft_tokens, draft_probs, target_probs, is_greedy
+    )
+    p = target_probs.to(torch.float32)  # [B, K+1, V]
+    num_draft = num_draft_tokens.to(device=device, dtype=torch.long)  # [B]
+    greedy = is_greedy.to(device=device, dtype=torch.bool)  # [B]
+    drafts = draft_token_ids.to(device=device, dtype=torch.long)  # [B, K]
+    rows = torch.arange(batch, device=device)
+    positions = torch.arange(max_k, device=device)
+    in_draft = positions.unsqueeze(0) < num_draft.unsqueeze(1)  # [B, K]
+    in_vocab = (drafts >= 0) & (drafts < vocab)  # [B, K]
+    safe_drafts = torch.where(in_vocab, drafts, 0)  # [B, K]
+
+    uniforms = _draw_batch(generators, greedy, num_draft, max_k, device)  # [B, K+1]
+
+    # Greedy acceptance: draft == argmax(p_j).
+    target_argmax = p.argmax(dim=-1)  # [B, K+1]
+    greedy_accept = drafts == target_argmax[:, :max_k]  # [B, K]
+
+    # Sampled acceptance: u_j <= p_j(x) / q_j(x), i.e. probability min(1, p/q).
+    # Compared in float64 like vLLM's kernel (float64 uniforms); q == 0 rejects.
+    p_draft = p[:, :max_k].gather(2, safe_drafts.unsqueeze(-1)).squeeze(-1)  # [B, K]
+    if draft_probs is None:
+        q = None
+        point_mass = torch.ones(batch, max_k, dtype=torch.bool, device=device)
+        q_draft = torch.ones(batch, max_k, dtype=torch.float32, device=device)
+    else:
+        q = draft_probs.to(torch.float32)  # [B, K, V]
+        point_mass = ~(q > 0).any(dim=-1)  # [B, K]
+        q_draft = q.gather(2, safe_drafts.unsqueeze(-1)).squeeze(-1)
+        q_draft = torch.where(point_mass, 1.0, q_draft)
+    sampled_accept = (q_draft > 0) & (
+        p_draft.double() / q_draft.double() >= uniforms[:, :max_k]
+    )
+
+    accept = torch.where(greedy.unsqueeze(1), greedy_accept, sampled_accept)
+    accept &= in_draft & in_vocab
+    # Stop at the first rejection.
+    num_accepted = accept.long().cumprod(dim=1).sum(dim=1)  # [B]
+    all_accepted = num_accepted == num_draft  # [B]
+    final_pos = num_accepted  # [B], position of the recovered or bonus token
+
+    # One recovered or bonus token per row.
+    p_final = p[rows, final_pos]  # [B, V]
+    dist = p_final
+    if max_k > 0:
+        q_pos = final_pos.clamp(max=max_k - 1)
+        rejected_draft = safe_drafts[rows, q_pos].unsqueeze(1)  # [B, 1]
+        valid = in_vocab[rows, q_pos].unsqueeze(1)  # [B, 1]
+        # q at the final position; a point-mass row is all zeros plus a 1 at the draft.
+        q_final = torch.zeros_like(p_final) if q is None else q[rows, q_pos].clone()
+        one_at_draft = (point_mass[rows, q_pos].unsqueeze(1) & valid).float()  # [B, 1]
+        q_final.scatter_add_(1, rejected_draft, one_at_draft)
+        # An invalid draft was rejected with probability 1, so its replacement is ~ p.
+        q_final *= valid
+        residual = (p_final - q_final).clamp_min(0.0)  # [B, V]
+        dist = torch.where(all_accepted.unsqueeze(1), p_final, residual)
+    # An all-zero residual means p_j == q_j up to float error: for p and q that each
+    # sum to 1, sum(max(0, p - q)) = TV(p, q), which is 0 only when p == q, and then
+    # every draft is accepted (p/q = 1 >= u). Only a float-rounding rejection (or a
+    # draft outside q's support) lands here; sampling from p is then as right as
+    # anything, to within float error.
+    dist = torch.where((dist > 0).any(dim=-1, keepdim=True), dist, p_final)
+    final_uniform = uniforms.gather(1, num_draft.unsqueeze(1)).squeeze(1)  # u_n
+    sampled_token = sample_from_weights(dist, final_uniform)  # [B]
+    final_token = torch.where(greedy, target_argmax[rows, final_pos], sampled_token)
+
+    output = torch.full(
+        (batch, max_k + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.long, device=device
+    )
+    keep = positions.unsqueeze(0) < num_accepted.unsqueeze(1)  # [B, K]
+    output[:, :max_k] = torch.where(keep, drafts, PLACEHOLDER_TOKEN_ID)
+    output.scatter_(1, final_pos.unsqueeze(1), final_token.unsqueeze(1))
+    return output, num_accepted
+
+
+def rejection_sample_reference(
+    draft_token_ids: torch.Tensor,  # [B, K] int64, placeholder-padded past num_draft
+    num_draft_tokens: torch.Tensor,  # [B] int64 in 0..K
+    draft_probs: torch.Tensor | None,  # [B, K, V] float, or None (point mass)
+    target_probs: torch.Tensor,  # [B, K + 1, V] float
+    is_greedy: torch.Tensor,  # [B] bool
+    generators: Sequence[torch.Generator | None] | None = None,  # [B]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slow, obviously-correct per-row loop; same contract as `rejection_sample`."""
+    batch, max_k, vocab, device = _check_shapes(
+        draft_token_ids, num_draft_tokens, draft_probs, target_probs, is_greedy
+    )
+    p = target_probs.to(torch.float32)
+    q_all = None if draft_probs is None else draft_probs.to(torch.float32)
+    gens = list(generators) if generators is not None else [None] * batch
+    output = torch.full(
+        (batch, max_k + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.long, device=device
+    )
+    num_accepted = torch.zeros(batch, dtype=torch.long, device=device)
+
+    for b in range(batch):
+        n = int(num_draft_tokens[b])
+        tokens: list[int] = []
+
+        if bool(is_greedy[b]):
+            for j in range(n):
+                best = int(p[b, j].argmax())
+                if int(draft_token_ids[b, j]) != best:
+                    tokens.append(best)  # recovered
+                    break
+                tokens.append(best)  # accepted
+            else:
+                tokens.append(int(p[b, n].argmax()))  # bonus
+            num_accepted[b] = len(tokens) - 1
+            output[b, : len(tokens)] = torch.tensor(tokens)
+            continue
+
+        uniforms = draw_row_uniforms(gens[b], n, device)
+        rejected_at = None
+        for j in range(n):
+            x = int(draft_token_ids[b, j])
+            if not 0 <= x < vocab:
+                rejected_at, q_j = j, torch.zeros(vocab, device=device)
+                break
+            q_j = _draft_dist(q_all, b, j, x, vocab, device)
+            px, qx = float(p[b, j, x]), float(q_j[x])
+            if qx > 0 and px / qx >= float(uniforms[j]):
+                tokens.append(x)  # accepted
+            else:
+                rejected_at = j
+                break
+        if rejected_at is None:
+            dist = p[b, n]  # bonus
+        else:
+            dist = (p[b, rejected_at] - q_j).clamp_min(0.0)  # recovered
+            if not bool((dist > 0).any()):
+                dist = p[b, rejected_at]  # p == q up to float error
+        tokens.append(int(sample_from_weights(dist, uniforms[n])))
+        num_accepted[b] = len(tokens) - 1
+        output[b, : len(tokens)] = torch.tensor(tokens)
+
+    return output, num_accepted
+
+
+# --------------------------------------------------------------------------- internals
+
+
+def _check_shapes(
+    draft_token_ids: torch.Tensor,
+    num_draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    is_greedy: torch.Tensor,
+) -> tuple[int, int, int, torch.device]:
+    if draft_token_ids.ndim != 2:
+        raise ValueError(f"draft_token_ids must be [B, K], got {tuple(draft_token_ids.shape)}")
+    batch, max_k = draft_token_ids.shape
+    if target_probs.ndim != 3 or target_probs.shape[:2] != (batch, max_k + 1):
+        raise ValueError(
+            f"target_probs must be [{batch}, {max_k + 1}, V], got {tuple(target_probs.shape)}"
+        )
+    vocab = target_probs.shape[2]
+    if draft_probs is not None and tuple(draft_probs.shape) != (batch, max_k, vocab):
+        raise ValueError(
+            f"draft_probs must be [{batch}, {max_k}, {vocab}], got {tuple(draft_probs.shape)}"
+        )
+    if tuple(num_draft_tokens.shape) != (batch,) or tuple(is_greedy.shape) != (batch,):
+        raise ValueError("num_draft_tokens and is_greedy must be [B]")
+    if batch and (int(num_draft_tokens.min()) < 0 or int(num_draft_tokens.max()) > max_k):
+        raise ValueError(f"num_draft_tokens must lie in 0..{max_k}")
+    return batch, max_k, vocab, target_probs.device
+
+
+def _draw_batch(
+    generators: Sequence[torch.Generator | None] | None,
+    greedy: torch.Tensor,  # [B] bool
+    num_draft: torch.Tensor,  # [B] int64
+    max_k: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """uniforms [B, K + 1] float64: row b holds u_0..u_n at [:n] and [n] (greedy: unused)."""
+    batch = greedy.shape[0]
+    gens = list(generators) if generators is not None else [None] * batch
+    if len(gens) != batch:
+        raise ValueError(f"got {len(gens)} generators for {batch} rows")
+    greedy_list = greedy.tolist()
+    if any(not g and gen is None for g, gen in zip(greedy_list, gens)):
+        # Like vLLM: one batched draw from the default generator for every row,
+        # then seeded rows are overwritten from their own generators.
+        uniforms = torch.rand(batch, max_k + 1, dtype=torch.float64, device=device)
+    else:
+        uniforms = torch.zeros(batch, max_k + 1, dtype=torch.float64, device=device)
+    num_draft_list = num_draft.tolist()
+    for b in range(batch):
+        if greedy_list[b] or gens[b] is None:
+            continue
+        n = num_draft_list[b]
+        uniforms[b, : n + 1] = draw_row_uniforms(gens[b], n, device)
+    return uniforms
+
+
+def _draft_dist(
+    q_all: torch.Tensor | None, b: int, j: int, x: int, vocab: int, device
+) -> torch.Tensor:
+    """q_j for row b as a [V] float32 vector (one-hot of x for a point mass)."""
+    if q_all is not None and bool((q_all[b, j] > 0).any()):
+        return q_all[b, j]
+    q = torch.zeros(vocab, dtype=torch.float32, device=device)
+    q[x] = 1.0
+    return q
