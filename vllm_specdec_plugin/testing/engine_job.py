@@ -61,7 +61,12 @@ def main(job_path: str, out_path: str) -> None:
                                  "prompt_len": len(r.prompt_token_ids or [])})
         timings[job["name"]] = time.perf_counter() - t1
         results[job["name"]] = outs
-    out = {"jobs": results, "metrics": _metrics(llm), "startup_s": startup, "job_s": timings}
+    from vllm_specdec_plugin.compat.introspect import flush_finished, proposer_snapshot
+
+    flush_finished(llm)
+
+    out = {"jobs": results, "metrics": _metrics(llm), "startup_s": startup, "job_s": timings,
+           "proposer": proposer_snapshot(llm)}
     with open(out_path, "w") as f:
         json.dump(out, f)
 

@@ -28,20 +28,11 @@ def _metrics(llm) -> dict:
     return out
 
 
-def _proposer(llm):
-    """The proposer's own timing counters, when the plugin runs in-process (CPU)."""
-    try:
-        core = llm.llm_engine.engine_core.engine_core  # InprocClient only
-        runner = core.model_executor.driver_worker.worker.model_runner
-        d = runner.drafter
-        return {"draft_seconds": d.draft_seconds, "draft_forwards": d.draft_forwards}
-    except Exception:
-        return None
-
-
 def main() -> None:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
+
+    from vllm_specdec_plugin.compat.introspect import proposer_snapshot
 
     engine_kwargs = json.loads(sys.argv[1])
     llm = LLM(**engine_kwargs)
@@ -63,7 +54,7 @@ def main() -> None:
                 outputs.append(list(r.outputs[0].token_ids))
         dt = time.perf_counter() - t0
         out.write(json.dumps({"ok": True, "seconds": dt, "outputs": outputs,
-                              "metrics": _metrics(llm), "proposer": _proposer(llm)}) + "\n")
+                              "metrics": _metrics(llm), "proposer": proposer_snapshot(llm)}) + "\n")
         out.flush()
 
 

@@ -1,0 +1,54 @@
+"""Reach the proposer inside an offline ``vllm.LLM`` (tests and benchmarks only).
+
+Why: tests must check draft-pool state (free == total after drain) and benchmarks
+  read the proposer's timers; vLLM exposes no handle to a worker's drafter.
+How: with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` the engine core, executor, worker and
+  model runner live in this process; walk llm.llm_engine -> engine_core (InprocClient)
+  -> engine_core -> model_executor -> driver_worker -> worker -> model_runner.drafter.
+Upstream: none planned; metrics (observability issue) expose the same numbers
+  across processes.
+Remove when: the attribute chain changes (returns None then; callers must cope).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def find_proposer(llm: Any) -> Any | None:
+    """The runner's drafter if the engine runs in-process, else None."""
+    try:
+        core = llm.llm_engine.engine_core.engine_core
+        return core.model_executor.driver_worker.worker.model_runner.drafter
+    except AttributeError:
+        return None
+
+
+def proposer_snapshot(llm: Any) -> dict | None:
+    """Plain-data view of the proposer's pool and counters."""
+    d = find_proposer(llm)
+    if d is None or not hasattr(d, "allocator") or d.allocator is None:
+        return None
+    s = d.stats
+    return {
+        "blocks_total": d.allocator.num_blocks, "blocks_free": d.allocator.num_free,
+        "live_requests": len(d.requests), "rounds": s.rounds, "drafted": s.drafted,
+        "accepted": s.accepted, "no_draft": dict(s.no_draft), "resyncs": s.resyncs,
+        "prefill_tokens": s.prefill_tokens, "draft_seconds": d.draft_seconds,
+        "draft_forwards": d.draft_forwards,
+    }
+
+
+def flush_finished(llm: Any) -> None:
+    """Deliver pending finished-request ids to the workers, as a server would.
+
+    The scheduler hands finished ids to the model runner with the *next* step. The
+    server's busy loop takes that step (``EngineCoreProc.has_work`` counts finished
+    requests); offline ``LLM.generate`` stops stepping once no request is unfinished.
+    One more step here mirrors the server.
+    """
+    try:
+        if llm.llm_engine.engine_core.engine_core.scheduler.has_finished_requests():
+            llm.llm_engine.step()
+    except AttributeError:
+        pass  # multiprocess engine: the core process drains by itself
