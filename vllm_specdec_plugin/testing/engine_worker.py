@@ -29,6 +29,12 @@ def _metrics(llm) -> dict:
 
 
 def main() -> None:
+    import os
+
+    # vLLM (and its child processes) log to fd 1: keep the protocol on a private
+    # duplicate of stdout and send fd 1 to stderr before vLLM is imported.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -36,8 +42,6 @@ def main() -> None:
 
     engine_kwargs = json.loads(sys.argv[1])
     llm = LLM(**engine_kwargs)
-    out = sys.stdout
-    sys.stdout = sys.stderr  # keep vLLM's prints off the protocol channel
     out.write(json.dumps({"ok": True, "ready": True}) + "\n")
     out.flush()
     for line in sys.stdin:
