@@ -304,14 +304,22 @@ class DraftModelProposer:
         sampled = [i for i, p in enumerate(plans) if p.spec is not None]
         if not sampled:
             return out
+        from vllm_specdec_plugin.rejection import sample_from_weights
         from vllm_specdec_plugin.sampling.pipeline import target_probs
 
         specs = [plans[i].spec for i in sampled]
         q = target_probs(logits[sampled], specs, [plans[i].prompt for i in sampled],
-                         [plans[i].output + plans[i].drafts for i in sampled])
+                         [plans[i].output + plans[i].drafts for i in sampled])  # [S, V]
+        # One uniform per row: seeded requests draw from their own generator (same
+        # seed, same drafts); the others share one batched draw.
+        u = torch.rand(len(sampled), dtype=torch.float64)
         for j, i in enumerate(sampled):
-            tok = int(torch.multinomial(q[j], 1, generator=plans[i].req.generator))
-            out[i] = tok
+            g = plans[i].req.generator
+            if g is not None:
+                u[j] = torch.rand(1, dtype=torch.float64, generator=g)
+        tokens = sample_from_weights(q, u.to(q.device)).tolist()
+        for j, i in enumerate(sampled):
+            out[i] = tokens[j]
             plans[i].q.append(q[j])
         return out
 

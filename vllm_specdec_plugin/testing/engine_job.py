@@ -33,6 +33,13 @@ def _metrics(llm) -> dict:
     return out
 
 
+def _from_json(params: dict) -> dict:
+    """JSON object keys are strings; logit_bias wants token ids."""
+    if params.get("logit_bias"):
+        params = {**params, "logit_bias": {int(t): b for t, b in params["logit_bias"].items()}}
+    return params
+
+
 def main(job_path: str, out_path: str) -> None:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -48,6 +55,7 @@ def main(job_path: str, out_path: str) -> None:
                    for p in job["prompts"]]
         params = job.get("params", {})
         plist = params if isinstance(params, list) else [params] * len(prompts)
+        plist = [_from_json(p) for p in plist]
         bs = job.get("batch_size") or len(prompts)
         outs = []
         t1 = time.perf_counter()
