@@ -34,7 +34,8 @@ from vllm_specdec_plugin.kv import BlockAllocator, BlockTable, PagedKVCache
 from vllm_specdec_plugin.kv.paged_cache import BatchLayout
 from vllm_specdec_plugin.stats import ProposerStats, RequestAcceptance
 
-logger = logging.getLogger("vllm_specdec_plugin")
+# A child of "vllm" so records reach the handler vLLM configures (same format, same level).
+logger = logging.getLogger("vllm.specdec_plugin")
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
