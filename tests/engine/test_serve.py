@@ -25,9 +25,12 @@ def test_vllm_serve_with_plugin(ci_pair, tmp_path):
     finally:
         srv.stop()
     recs = [json.loads(l) for l in trace.read_text().splitlines()]
-    pids = {r["pid"] for r in recs}
-    # API server process (the `vllm` script) and at least one engine-core process
-    # (which hosts the worker on CPU) loaded the plugin; once per process.
-    assert srv.proc.pid in pids, recs
-    assert len(pids) >= 2, recs
-    assert len(recs) == len(pids), "register() must be idempotent per process"
+    by_pid = {r["pid"]: r for r in recs}
+    assert len(recs) == len(by_pid), "register() must run once per process"
+    # API server (the `vllm` script itself) -> EngineCore (its child) -> worker (the
+    # EngineCore's child): the plugin was loaded in each.
+    api = by_pid[srv.proc.pid]
+    core = [r for r in recs if r["ppid"] == api["pid"] and r["process"].startswith("EngineCore")]
+    assert len(core) == 1, recs
+    workers = [r for r in recs if r["ppid"] == core[0]["pid"] and "Worker" in r["process"]]
+    assert len(workers) == 1, recs
