@@ -15,7 +15,8 @@ def pytest_collection_modifyitems(config, items):
         path = str(item.fspath)
         if "/tests/engine/" in path and not item.get_closest_marker("engine"):
             item.add_marker(pytest.mark.engine)
-        if "/tests/unit/" in path and not item.get_closest_marker("unit"):
+        tiered = any(item.get_closest_marker(m) for m in ("unit", "engine", "gpu", "slow"))
+        if "/tests/unit/" in path and not tiered:
             item.add_marker(pytest.mark.unit)
         if item.get_closest_marker("gpu") and not has_gpu:
             item.add_marker(pytest.mark.skip(reason="needs an NVIDIA GPU (none on this machine)"))

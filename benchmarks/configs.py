@@ -1,0 +1,173 @@
+"""What is benchmarked: the configuration table and the workload table.
+
+A configuration is one engine: a speculative method, k, and extra options. The
+table below is the only place to edit when a method or plugin mode is added; a
+new plugin mode is one ``Entry`` line (its options go to the plugin's ``specdec``
+section, the same keys as ``SpecDecConfig``)::
+
+    Entry("plugin-adaptive", "plugin", K_SWEEP, specdec={"adaptive_k": True}),
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any
+
+K_SWEEP = (2, 4, 6)
+
+# VLLM_PLUGINS per method. vLLM reads it as os.environ["VLLM_PLUGINS"].split(","),
+# or None (= load every general plugin) when unset. "" therefore becomes [""], an
+# allow-list that matches no entry point: nothing is loaded, not even vLLM's own
+# LoRA resolvers. "specdec" loads this plugin only. So the two sets differ by
+# exactly our plugin; run.py verifies it per engine via SPECDEC_REGISTER_TRACE.
+PLUGINS_NONE = ""
+PLUGINS_SPECDEC = "specdec"
+
+
+@dataclass(frozen=True)
+class Method:
+    """How to build one speculative method's vLLM ``speculative_config``."""
+
+    kind: str                   # none | draft_model | ngram | plugin
+    vllm_plugins: str           # the VLLM_PLUGINS value its engine runs with
+    needs_draft: bool = False
+
+
+METHODS: dict[str, Method] = {
+    "none": Method("none", PLUGINS_NONE),
+    "draft_model": Method("draft_model", PLUGINS_NONE, needs_draft=True),
+    "ngram": Method("ngram", PLUGINS_NONE),
+    "plugin": Method("plugin", PLUGINS_SPECDEC, needs_draft=True),
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One row of the table: a name prefix, a method, the k values, extra options.
+
+    spec: extra keys for vLLM's SpeculativeConfig (merged last).
+    specdec: extra plugin options (the ``specdec`` section; plugin methods only).
+    """
+
+    name: str
+    method: str
+    ks: tuple[int, ...] = ()
+    spec: dict[str, Any] = field(default_factory=dict)
+    specdec: dict[str, Any] = field(default_factory=dict)
+
+
+TABLE: list[Entry] = [
+    Entry("nospec", "none"),
+    Entry("draft_model", "draft_model", K_SWEEP),
+    Entry("ngram", "ngram", (4,), spec={"prompt_lookup_max": 4, "prompt_lookup_min": 1}),
+    Entry("plugin", "plugin", K_SWEEP),
+]
+
+QUICK_CONFIGS = ("nospec", "draft_model-k4", "ngram-k4", "plugin-k2", "plugin-k4")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One engine configuration (a row of the table at one k)."""
+
+    name: str                   # e.g. "plugin-k4"; "nospec" is the baseline
+    method: str
+    k: int                      # 0 without speculation
+    spec_extra: tuple = ()
+    specdec_extra: tuple = ()
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.method == "none"
+
+    @property
+    def family(self) -> str:
+        """The table row it came from (configs of one family differ only in k)."""
+        return self.name.rsplit("-k", 1)[0] if self.k else self.name
+
+    @property
+    def vllm_plugins(self) -> str:
+        return METHODS[self.method].vllm_plugins
+
+    def speculative_config(self, draft: str | None) -> dict | None:
+        """The ``speculative_config`` for ``vllm.LLM`` (None without speculation)."""
+        kind = METHODS[self.method].kind
+        if kind == "none":
+            return None
+        if METHODS[self.method].needs_draft and not draft:
+            raise ValueError(f"{self.name} needs a draft model (--draft)")
+        if kind == "draft_model":
+            spec = {"method": "draft_model", "model": draft, "num_speculative_tokens": self.k}
+        elif kind == "ngram":
+            spec = {"method": "ngram", "num_speculative_tokens": self.k}
+        elif kind == "plugin":
+            specdec = {"draft_model": draft, **dict(self.specdec_extra)}
+            spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
+                    "num_speculative_tokens": self.k,
+                    "draft_load_config": {"model_loader_extra_config": {"specdec": specdec}}}
+        else:  # pragma: no cover - METHODS and this switch are edited together
+            raise ValueError(kind)
+        spec.update(dict(self.spec_extra))
+        return spec
+
+
+def expand(table: list[Entry] | None = None) -> list[BenchConfig]:
+    """All configurations of the table, baseline first."""
+    out = []
+    for e in table or TABLE:
+        if e.method not in METHODS:
+            raise ValueError(f"unknown method {e.method!r} in entry {e.name!r}")
+        for k in e.ks or (0,):
+            out.append(BenchConfig(
+                name=f"{e.name}-k{k}" if k else e.name, method=e.method, k=k,
+                spec_extra=tuple(sorted(e.spec.items())),
+                specdec_extra=tuple(sorted(e.specdec.items()))))
+    names = [c.name for c in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate configuration names: {names}")
+    return out
+
+
+def select(configs: list[BenchConfig], patterns: list[str] | None) -> list[BenchConfig]:
+    """Configurations whose name matches any glob in ``patterns`` (all if None).
+
+    The baseline ``nospec`` is always kept: every speedup is paired against it.
+    """
+    if not patterns:
+        return list(configs)
+    chosen = [c for c in configs if c.is_baseline or any(fnmatch.fnmatchcase(c.name, p)
+                                                           for p in patterns)]
+    unknown = [p for p in patterns if not any(fnmatch.fnmatchcase(c.name, p) for c in configs)]
+    if unknown:
+        raise ValueError(f"no configuration matches {unknown}; have {[c.name for c in configs]}")
+    return chosen
+
+
+# ------------------------------------------------------------------- workloads
+
+@dataclass(frozen=True)
+class Workload:
+    """A prompt set, how many of its prompts, and how many run at once.
+
+    batch_size < num_prompts means the prompts run in consecutive batches (the
+    engine sees ``batch_size`` requests at a time).
+    """
+
+    name: str
+    prompt_set: str             # a file benchmarks/prompts/<prompt_set>.txt
+    num_prompts: int
+    batch_size: int
+    note: str = ""
+
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in [
+    Workload("single", "general", 1, 1, "one request alone (latency-bound)"),
+    Workload("batch8", "general", 8, 8, "8 concurrent requests"),
+    Workload("batch32", "general", 32, 32, "32 concurrent requests"),
+    Workload("repetitive", "repetitive", 4, 1,
+             "code continuation of a repeated pattern, one request at a time (n-gram territory)"),
+    Workload("novel", "novel", 4, 1, "English prose outside the training corpus, one at a time"),
+]}
+QUICK_WORKLOADS = ("single", "batch8", "repetitive")
+TEMPERATURES = (0.0, 0.8)

@@ -1,0 +1,444 @@
+"""Benchmark suite: the analytic bound, paired-ratio statistics, the harness plumbing.
+
+Unit tests need no engine. ``test_quick_smoke_fast`` (engine tier) runs the real
+harness on the ci pair with two configurations and one tiny workload and checks the
+shape of what it writes, never speed; ``test_quick_smoke`` (slow tier) runs the
+whole ``--quick`` mode. ``test_gpu_reference_*`` covers the GPU script (gpu tier).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import analysis, analytic, stats  # noqa: E402
+from benchmarks.configs import (QUICK_CONFIGS, TABLE, WORKLOADS, Entry,  # noqa: E402
+                                expand, select)
+
+# ----------------------------------------------------------------- analytic bound
+
+
+def brute_expected_tokens(alpha: float, k: int) -> float:
+    """E[N] straight from the definition: P(N = n) over n = 1..k+1."""
+    total = 0.0
+    for n in range(1, k + 2):
+        p = alpha ** (n - 1) * ((1 - alpha) if n <= k else 1.0)
+        total += n * p
+    return total
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("alpha", [0.0, 0.1, 0.5, 0.8, 0.9, 0.99])
+@pytest.mark.parametrize("k", [0, 1, 2, 4, 8])
+def test_expected_tokens_matches_closed_form_and_definition(alpha, k):
+    got = analytic.expected_tokens_per_round(alpha, k)
+    assert got == pytest.approx(brute_expected_tokens(alpha, k), rel=1e-12)
+    if alpha < 1:
+        assert got == pytest.approx((1 - alpha ** (k + 1)) / (1 - alpha), rel=1e-12)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_bound_alpha_to_one_limit(k):
+    assert analytic.expected_tokens_per_round(1.0, k) == k + 1
+    for eps in (1e-6, 1e-9, 1e-12):
+        assert analytic.expected_tokens_per_round(1 - eps, k) == pytest.approx(k + 1, abs=1e-4)
+    # The closed form is 0/0 at alpha = 1; ours is continuous through it.
+    c = 0.05
+    assert analytic.speedup_bound(1.0, k, c) == pytest.approx((k + 1) / (1 + k * c))
+    assert analytic.speedup_bound(1 - 1e-10, k, c) == pytest.approx((k + 1) / (1 + k * c))
+
+
+@pytest.mark.unit
+def test_bound_known_values_and_limits():
+    # alpha = 0.8, k = 4: E[N] = 1 + .8 + .64 + .512 + .4096 = 3.3616
+    assert analytic.expected_tokens_per_round(0.8, 4) == pytest.approx(3.3616)
+    assert analytic.speedup_bound(0.8, 4, 0.1) == pytest.approx(3.3616 / 1.4)
+    assert analytic.speedup_bound(0.8, 4, 0.0) == pytest.approx(3.3616)   # free draft
+    assert analytic.speedup_bound(0.0, 4, 0.1) == pytest.approx(1 / 1.4)  # never accepted
+    assert analytic.speedup_bound(0.5, 0, 0.3) == 1.0                      # k = 0: no speculation
+    assert analytic.efficiency(1.5, 2.0) == 0.75
+    assert analytic.unconditional_acceptance(0.8, 3) == pytest.approx([0.8, 0.64, 0.512])
+
+
+@pytest.mark.unit
+def test_bound_rejects_bad_inputs():
+    for bad in (-0.1, 1.1, float("nan")):
+        with pytest.raises(ValueError):
+            analytic.expected_tokens_per_round(bad, 3)
+    with pytest.raises(ValueError):
+        analytic.expected_tokens_per_round(0.5, -1)
+    with pytest.raises(ValueError):
+        analytic.speedup_bound(0.5, 2, -0.01)
+    with pytest.raises(ValueError):
+        analytic.efficiency(1.0, 0.0)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("k", [1, 2, 4, 7])
+def test_alpha_from_mean_length_inverts_expected_tokens(k):
+    for alpha in (0.0, 0.05, 0.3, 0.6, 0.8, 0.95, 1.0):
+        n = analytic.expected_tokens_per_round(alpha, k)
+        assert analytic.alpha_from_mean_accepted_length(n, k) == pytest.approx(alpha, abs=1e-9)
+    assert analytic.alpha_from_mean_accepted_length(0.5, k) == 0.0      # clamped
+    assert analytic.alpha_from_mean_accepted_length(k + 5, k) == 1.0
+
+
+@pytest.mark.unit
+def test_vllm_acceptance_ratio_is_not_the_iid_alpha():
+    """accepted / draft tokens (vLLM) = E[accepted] / k, below the conditional alpha."""
+    alpha, k = 0.8, 4
+    expected_accepted = analytic.expected_tokens_per_round(alpha, k) - 1
+    ratio = expected_accepted / k
+    assert ratio == pytest.approx(sum(analytic.unconditional_acceptance(alpha, k)) / k)
+    assert ratio < alpha - 0.2
+    assert analytic.alpha_from_mean_accepted_length(1 + expected_accepted, k) == pytest.approx(alpha)
+
+
+# ------------------------------------------------------------ paired statistics
+
+
+@pytest.mark.unit
+def test_quantile_matches_numpy_linear():
+    np = pytest.importorskip("numpy")
+    xs = [3.0, 1.0, 4.0, 1.5, 9.0, 2.6, 5.0]
+    for q in (0, 0.1, 0.25, 0.5, 0.75, 0.9, 1):
+        assert stats.quantile(xs, q) == pytest.approx(float(np.quantile(xs, q)))
+    assert stats.median([2.0, 1.0]) == 1.5
+    with pytest.raises(ValueError):
+        stats.quantile([], 0.5)
+    with pytest.raises(ValueError):
+        stats.median([1.0, float("nan")])
+
+
+@pytest.mark.unit
+def test_paired_ratios_cancel_common_drift():
+    """A drift that scales both configurations alike leaves every paired ratio exact,
+    while the spread of unpaired throughput is large."""
+    drift = [1.0, 0.7, 1.3, 0.9, 1.1]
+    base = [100 * d for d in drift]
+    spec = [150 * d for d in drift]
+    r = stats.paired_ratios(spec, base)
+    assert r == pytest.approx([1.5] * 5)
+    s = stats.summarize(r)
+    assert s["median"] == pytest.approx(1.5) and s["rel_iqr"] == pytest.approx(0, abs=1e-12)
+    assert stats.summarize(spec)["rel_iqr"] > 0.1
+    # Unpaired (median of one over median of other) would also be 1.5 here, but pairing
+    # is what keeps the *spread* honest; mixing reps breaks it:
+    shuffled = stats.paired_ratios(spec, base[1:] + base[:1])
+    assert stats.summarize(shuffled)["rel_iqr"] > 0.1
+
+
+@pytest.mark.unit
+def test_paired_ratios_validate():
+    with pytest.raises(ValueError):
+        stats.paired_ratios([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError):
+        stats.paired_ratios([1.0], [0.0])
+    with pytest.raises(ValueError):
+        stats.paired_ratios([-1.0], [1.0])
+
+
+@pytest.mark.unit
+def test_summarize_fields():
+    s = stats.summarize([1.0, 2.0, 3.0, 4.0, 10.0])
+    assert s["n"] == 5 and s["median"] == 3.0 and s["min"] == 1.0 and s["max"] == 10.0
+    assert s["q25"] == 2.0 and s["q75"] == 4.0
+    assert s["rel_iqr"] == pytest.approx(2 / 3)
+    assert stats.summarize([]) == {"n": 0}
+
+
+@pytest.mark.unit
+def test_median_ci_coverage_is_exact_and_honest():
+    # n = 5: even [min, max] covers the median only with 1 - 2/32 = 93.75%.
+    lo, hi, cov = stats.median_ci([5, 1, 4, 2, 3], 0.95)
+    assert (lo, hi) == (1, 5) and cov == pytest.approx(0.9375)
+    # n = 10: [x(2), x(9)] covers with 1 - 2 * 11/1024 = 97.9%; [x(3), x(8)] only 89%.
+    xs = list(range(1, 11))
+    lo, hi, cov = stats.median_ci(xs, 0.95)
+    assert (lo, hi) == (2, 9) and cov == pytest.approx(1 - 2 * 11 / 1024)
+    lo, hi, cov = stats.median_ci(xs, 0.80)
+    assert (lo, hi) == (3, 8) and cov == pytest.approx(1 - 2 * 56 / 1024)
+    assert stats.median_ci([7.0]) == (7.0, 7.0, 0.0)
+
+
+@pytest.mark.unit
+def test_median_ci_coverage_by_simulation():
+    """The order-statistic interval covers the true median at least as often as claimed."""
+    import random
+
+    rng = random.Random(0)
+    n, trials, hits = 9, 4000, 0
+    claimed = stats.median_ci(list(range(n)), 0.9)[2]
+    for _ in range(trials):
+        xs = [rng.expovariate(1.0) for _ in range(n)]   # true median ln 2
+        lo, hi, _ = stats.median_ci(xs, 0.9)
+        hits += lo <= math.log(2) <= hi
+    # binomial sd at p ~ 0.96, n = 4000 is ~0.003
+    assert hits / trials >= claimed - 0.015
+
+
+# ------------------------------------------------------ analysis of recorded runs
+
+
+def _run(config, rep, tps, *, spec=None, timers=None, proposer=None, workload="w", temperature=0.0,
+         outputs=None):
+    return {"group": 0, "rep": rep, "config": config, "workload": workload,
+            "temperature": temperature, "tps": tps, "output_tokens": 64, "spec": spec or {},
+            "timers": timers, "proposer": proposer, "outputs": outputs, "contended": False}
+
+
+@pytest.mark.unit
+def test_derive_and_summarize_paired_runs():
+    configs = {"nospec": {"is_baseline": True, "k": 0, "method": "none", "family": "nospec"},
+               "p-k4": {"is_baseline": False, "k": 4, "method": "plugin", "family": "p"}}
+    workloads = {"w": {"batch_size": 1}}
+    base_t = {"decode:1": {"steps": 63, "target_s": 0.63, "propose_s": 0.0},
+              "mixed:1": {"steps": 1, "target_s": 0.05, "propose_s": 0.0}}
+    spec_t = {"decode:1": {"steps": 20, "target_s": 0.24, "propose_s": 0.08},
+              "mixed:1": {"steps": 1, "target_s": 0.05, "propose_s": 0.01}}
+    spec = {"drafts": 20.0, "draft_tokens": 80.0, "accepted": 40.0, "accepted_per_pos": [16.0, 11.0, 8.0, 5.0]}
+    runs = []
+    for rep, drift in enumerate([1.0, 0.8, 1.2]):
+        runs.append(_run("nospec", rep, 100 * drift, timers=base_t, outputs=[[1, 2, 3]]))
+        runs.append(_run("p-k4", rep, 200 * drift, spec=spec, timers=spec_t,
+                         proposer={"draft_seconds": 0.06, "draft_forwards": 80}, outputs=[[1, 2, 3]]))
+    analysis.derive_all(runs, configs, workloads)
+    d = runs[1]["derived"]
+    assert d["speedup"] == pytest.approx(2.0)
+    assert d["alpha_vllm"] == pytest.approx(0.5)
+    assert d["mean_accepted_len"] == pytest.approx(3.0)
+    assert d["accept_by_pos"] == pytest.approx([0.8, 0.55, 0.4, 0.25])
+    assert d["t_target"] == pytest.approx(0.01)
+    assert d["t_draft"] == pytest.approx(0.08 / 20 / 4)
+    assert d["c_prime"] == pytest.approx(0.1)
+    assert d["c_prime_fwd"] == pytest.approx(0.06 / 80 / 0.01)
+    assert d["verify_ratio"] == pytest.approx(1.2)
+    assert d["bound"] == pytest.approx(3.0 / 1.4)
+    assert d["efficiency"] == pytest.approx(2.0 / (3.0 / 1.4))
+    assert analytic.expected_tokens_per_round(d["alpha_eff"], 4) == pytest.approx(3.0)
+    assert d["greedy_identical"] == 1 and d["greedy_requests"] == 1
+    summary = {(c["config"]): c for c in analysis.summarize_cells(runs, configs)}
+    s = summary["p-k4"]
+    assert s["speedup"]["median"] == pytest.approx(2.0) and s["speedup"]["wins"] == 3
+    assert s["speedup"]["rel_iqr"] == pytest.approx(0, abs=1e-12)
+    assert s["mean_accepted_len"] == pytest.approx(3.0) and s["greedy_identical"] == [3, 3]
+    assert "speedup" not in summary["nospec"] or summary["nospec"]["speedup"]["median"] == 1.0
+
+
+@pytest.mark.unit
+def test_counter_deltas():
+    before = {"vllm:spec_decode_num_drafts": 10, "vllm:spec_decode_num_accepted_tokens_per_pos": [5, 3]}
+    after = {"vllm:spec_decode_num_drafts": 25, "vllm:spec_decode_num_accepted_tokens_per_pos": [12, 7, 1]}
+    d = analysis.counter_delta(before, after)
+    assert d["drafts"] == 15 and d["accepted_per_pos"] == [7, 4, 1]
+    assert analysis.counter_delta(None, {}) == {}
+    assert analysis.proposer_delta({"draft_seconds": 1.0}, {"draft_seconds": 3.5})["draft_seconds"] == 2.5
+    assert analysis.proposer_delta(None, None) is None
+
+
+# ----------------------------------------------------------- configuration table
+
+
+@pytest.mark.unit
+def test_config_table_and_selection():
+    cfgs = expand()
+    names = [c.name for c in cfgs]
+    assert names[0] == "nospec" and {"draft_model-k4", "ngram-k4", "plugin-k4"} <= set(names)
+    assert all(q in names for q in QUICK_CONFIGS)
+    by = {c.name: c for c in cfgs}
+    assert by["nospec"].speculative_config("/d") is None
+    assert by["nospec"].vllm_plugins == "" and by["plugin-k4"].vllm_plugins == "specdec"
+    assert by["draft_model-k2"].vllm_plugins == ""
+    p = by["plugin-k4"].speculative_config("/d")
+    assert p["method"] == "custom_class" and p["num_speculative_tokens"] == 4
+    assert p["draft_load_config"]["model_loader_extra_config"]["specdec"]["draft_model"] == "/d"
+    ng = by["ngram-k4"].speculative_config(None)
+    assert ng == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
+                  "prompt_lookup_min": 1}
+    assert [c.name for c in select(cfgs, ["plugin-*"])][0] == "nospec"
+    with pytest.raises(ValueError):
+        select(cfgs, ["nope-*"])
+    # A new plugin mode is one table line.
+    extra = expand(TABLE + [Entry("plugin-x", "plugin", (3,), specdec={"draft_kv_cache_mib": 64})])
+    x = {c.name: c for c in extra}["plugin-x-k3"]
+    assert x.family == "plugin-x"
+    assert x.speculative_config("/d")["draft_load_config"]["model_loader_extra_config"]["specdec"] == {
+        "draft_model": "/d", "draft_kv_cache_mib": 64}
+
+
+@pytest.mark.unit
+def test_speculative_configs_validate_in_installed_vllm():
+    """Each table row's speculative_config has only keys vLLM's SpeculativeConfig knows."""
+    sc = pytest.importorskip("vllm.config.speculative")
+    fields = set(sc.SpeculativeConfig.model_fields) if hasattr(sc.SpeculativeConfig, "model_fields") \
+        else set(sc.SpeculativeConfig.__dataclass_fields__)
+    for c in expand():
+        spec = c.speculative_config("/d")
+        if spec:
+            assert set(spec) <= fields, (c.name, set(spec) - fields)
+    lit = sc.RejectionSampleMethod.__args__
+    assert "synthetic" in lit and "synthetic_acceptance_rates" in fields
+
+
+@pytest.mark.unit
+def test_group_planning_keeps_baseline_in_every_group():
+    from benchmarks.run import plan_groups
+
+    cfgs = expand()
+    groups = plan_groups(cfgs, 6)
+    assert all(g[0].name == "nospec" for g in groups)
+    assert all(len(g) <= 6 for g in groups)
+    seen = [c.name for g in groups for c in g[1:]]
+    assert sorted(seen) == sorted(c.name for c in cfgs if not c.is_baseline)
+    # Same-k configurations share a group (tightly paired head-to-head).
+    where = {c.name: i for i, g in enumerate(groups) for c in g}
+    assert where["plugin-k4"] == where["draft_model-k4"]
+    assert len(plan_groups(cfgs, 100)) == 1
+
+
+@pytest.mark.unit
+def test_prompt_sets_ship_enough_prompts():
+    from benchmarks.workloads import load_prompt_set
+
+    for w in WORKLOADS.values():
+        prompts = load_prompt_set(w.prompt_set)
+        assert len(prompts) >= w.num_prompts, w.name
+        assert all(p.strip() and "%%%%" not in p for p in prompts)
+
+
+@pytest.mark.unit
+def test_vllm_plugins_empty_string_loads_nothing(monkeypatch):
+    """VLLM_PLUGINS="" must load no general plugin (the in-tree comparisons rely on it),
+    "specdec" only ours, and unset everything."""
+    envs = pytest.importorskip("vllm.envs")
+    from vllm import plugins
+
+    class EP:
+        def __init__(self, name):
+            self.name, self.value = name, name
+
+        def load(self):
+            return lambda: self.name
+
+    eps = [EP("specdec"), EP("lora_filesystem_resolver"), EP("lora_hf_hub_resolver")]
+    monkeypatch.setattr("importlib.metadata.entry_points", lambda group: eps)
+    for value, want in (("", set()), ("specdec", {"specdec"}), (None, {e.name for e in eps})):
+        if value is None:
+            monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+        else:
+            monkeypatch.setenv("VLLM_PLUGINS", value)
+        if hasattr(envs, "disable_envs_cache"):
+            envs.disable_envs_cache()
+        assert set(plugins.load_plugins_by_group(plugins.DEFAULT_PLUGINS_GROUP)) == want, value
+
+
+# ------------------------------------------------------------------- report files
+
+
+def _check_outputs(out: Path, configs: list[str], workloads: list[str], temps: list[float]):
+    res = json.loads((out / "results.json").read_text())
+    meta = res["meta"]
+    for key in ("git", "versions", "machine", "thread_settings", "env", "engine_env", "engines",
+                "groups", "args", "engine_kwargs"):
+        assert key in meta, key
+    assert meta["partial"] is False
+    assert {c["name"] for c in res["configs"]} == set(configs)
+    cells = {(c["config"], c["workload"], c["temperature"]) for c in res["summary"]}
+    assert cells == {(c, w, t) for c in configs for w in workloads for t in temps}
+    for c in res["summary"]:
+        assert c["tps"]["median"] > 0
+        assert c["speedup"]["n"] == meta["args"]["reps"]
+        if c["k"]:
+            for key in ("alpha_vllm", "mean_accepted_len", "accept_by_pos", "c_prime", "bound",
+                        "efficiency", "t_target", "t_draft"):
+                assert key in c, (c["config"], key)
+            assert len(c["accept_by_pos"]) == c["k"]
+            assert 1.0 <= c["mean_accepted_len"] <= c["k"] + 1
+    for e in meta["engines"].values():
+        assert (e["plugin_registrations"] > 0) == (e["vllm_plugins"] == "specdec")
+    md = (out / "results.md").read_text()
+    assert "| config | tok/s | speedup |" in md and all(c in md for c in configs)
+    for png in ("speedup_vs_k.png", "acceptance_by_position.png", "speedup_vs_batch.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000, png
+    return res
+
+
+def _bench(args: list[str], timeout: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.run([sys.executable, "-m", "benchmarks.run", *args, "--no-progress"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
+    return p
+
+
+@pytest.mark.engine
+def test_quick_smoke_fast(tmp_path, request):
+    """--quick on the ci pair, nospec + plugin-k2, one tiny workload: the harness writes
+    complete JSON / Markdown / PNG outputs (structure only, never speed)."""
+    out = tmp_path / "res"
+    _bench(["--quick", "--pair", "ci", "--configs", "plugin-k2", "--workloads", "single",
+            "--temps", "0", "--reps", "2", "--max-tokens", "16", "--warmup-tokens", "4",
+            "--wait-quiet", "30", "--out", str(out)], timeout=600)
+    res = _check_outputs(out, ["nospec", "plugin-k2"], ["single"], [0.0])
+    assert res["meta"]["engines"]["plugin-k2@g0"]["vllm_plugins"] == "specdec"
+    # Re-rendering from the JSON alone works (report-only mode).
+    (out / "results.md").unlink()
+    _bench(["--report-only", str(out / "results.json")], timeout=120)
+    assert (out / "results.md").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_quick_smoke(tmp_path, request):
+    """The full --quick mode (bench pair) runs end to end; a harness check, not a speed test."""
+    from benchmarks.configs import QUICK_WORKLOADS
+
+    out = tmp_path / "quick"
+    _bench(["--quick", "--out", str(out)], timeout=1800)
+    _check_outputs(out, list(QUICK_CONFIGS), list(QUICK_WORKLOADS), [0.0, 0.8])
+
+
+# ---------------------------------------------------------------------- GPU script
+
+
+@pytest.mark.unit
+def test_gpu_reference_is_valid_and_importable():
+    src = (REPO / "benchmarks" / "gpu_reference.py").read_text()
+    ast.parse(src)
+    import benchmarks.gpu_reference as g
+
+    cfg1, cfg3 = g.llama32_config("1B"), g.llama32_config("3B")
+    assert (cfg1["hidden_size"], cfg1["num_hidden_layers"], cfg1["num_attention_heads"],
+            cfg1["num_key_value_heads"], cfg1["intermediate_size"]) == (2048, 16, 32, 8, 8192)
+    assert (cfg3["hidden_size"], cfg3["num_hidden_layers"], cfg3["num_attention_heads"],
+            cfg3["num_key_value_heads"], cfg3["intermediate_size"]) == (3072, 28, 24, 8, 8192)
+    for c in (cfg1, cfg3):
+        assert c["vocab_size"] == 128256 and c["tie_word_embeddings"] is True
+        assert c["rope_scaling"]["rope_type"] == "llama3" and c["rope_scaling"]["factor"] == 32.0
+    spec = g.synthetic_spec({"method": "draft_model", "num_speculative_tokens": 3}, 0.8)
+    assert spec["rejection_sample_method"] == "synthetic"
+    assert spec["synthetic_acceptance_rates"] == pytest.approx([0.8, 0.64, 0.512])
+
+
+@pytest.mark.gpu
+def test_gpu_reference_runs(tmp_path):
+    """On a GPU machine: one short reference run at alpha 0.8 finishes and reports."""
+    p = subprocess.run([sys.executable, "-m", "benchmarks.gpu_reference", "--alphas", "0.8",
+                        "--ks", "4", "--reps", "1", "--max-tokens", "32", "--workloads", "single",
+                        "--out", str(tmp_path / "gpu")], cwd=REPO, capture_output=True, text=True,
+                       timeout=3600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0, p.stderr[-6000:]
+    assert (tmp_path / "gpu" / "results.json").exists()
