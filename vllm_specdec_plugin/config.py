@@ -8,7 +8,6 @@ Precedence (later wins): a YAML preset (``preset: configs/NAME.yaml``) <
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -161,6 +160,3 @@ def from_vllm_config(vllm_config: Any) -> SpecDecConfig:
         extra = (getattr(load_cfg, "model_loader_extra_config", None) or {}).get(CONFIG_KEY)
     return merge_sources(spec.num_speculative_tokens, additional, extra)
 
-
-def replace(cfg: SpecDecConfig, **changes: Any) -> SpecDecConfig:
-    return dataclasses.replace(cfg, **changes)

@@ -15,13 +15,18 @@ from __future__ import annotations
 from typing import Any
 
 
-def find_proposer(llm: Any) -> Any | None:
-    """The runner's drafter if the engine runs in-process, else None."""
+def find_runner(llm: Any) -> Any | None:
+    """The model runner if the engine runs in-process, else None."""
     try:
         core = llm.llm_engine.engine_core.engine_core
-        return core.model_executor.driver_worker.worker.model_runner.drafter
+        return core.model_executor.driver_worker.worker.model_runner
     except AttributeError:
         return None
+
+
+def find_proposer(llm: Any) -> Any | None:
+    """The runner's drafter if the engine runs in-process, else None."""
+    return getattr(find_runner(llm), "drafter", None)
 
 
 def proposer_snapshot(llm: Any) -> dict | None:

@@ -25,25 +25,12 @@ import time
 
 
 def _metrics(llm) -> dict:
-    out = {}
-    for m in llm.get_metrics():
-        v = getattr(m, "value", None)
-        if v is None:
-            v = getattr(m, "values", None)
-        if m.name.startswith("vllm:spec_decode") or m.name.startswith("specdec"):
-            out[m.name] = v
-    return out
+    from vllm_specdec_plugin.testing import metric_values
+
+    return metric_values(llm, ("vllm:spec_decode", "specdec"))
 
 
-def _find_runner(llm):
-    """The model runner of an in-process engine (same chain as compat.introspect)."""
-    try:
-        core = llm.llm_engine.engine_core.engine_core
-        return core.model_executor.driver_worker.worker.model_runner
-    except AttributeError:
-        return None
-
-
+from vllm_specdec_plugin.compat.introspect import find_runner  # noqa: E402
 from vllm_specdec_plugin.compat.step_timers import StepTimers  # noqa: E402
 
 
@@ -78,7 +65,7 @@ def main() -> None:
                else [SamplingParams(**params)] * len(prompts))
         bs = cmd.get("batch_size") or len(prompts)
         if cmd.get("timers") and timers is None:
-            runner = _find_runner(llm)
+            runner = find_runner(llm)
             timers = StepTimers(runner) if runner is not None else None
         if timers is not None:
             timers.take()
