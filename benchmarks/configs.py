@@ -39,6 +39,7 @@ METHODS: dict[str, Method] = {
     "draft_model": Method("draft_model", PLUGINS_NONE, needs_draft=True),
     "ngram": Method("ngram", PLUGINS_NONE),
     "plugin": Method("plugin", PLUGINS_SPECDEC, needs_draft=True),
+    "plugin-nodraft": Method("plugin", PLUGINS_SPECDEC),   # n-gram mode: no draft model
 }
 
 
@@ -62,6 +63,11 @@ TABLE: list[Entry] = [
     Entry("draft_model", "draft_model", K_SWEEP),
     Entry("ngram", "ngram", (4,), spec={"prompt_lookup_max": 4, "prompt_lookup_min": 1}),
     Entry("plugin", "plugin", K_SWEEP),
+    # Issue 7 modes. Adaptive modes get a larger k: it is the ceiling they choose under.
+    Entry("plugin-ngram", "plugin-nodraft", (4,), specdec={"method": "ngram"}),
+    Entry("plugin-hybrid", "plugin", (4,), specdec={"method": "hybrid"}),
+    Entry("plugin-adaptive", "plugin", (8,), specdec={"adaptive": True}),
+    Entry("plugin-hybrid-adaptive", "plugin", (8,), specdec={"method": "hybrid", "adaptive": True}),
 ]
 
 QUICK_CONFIGS = ("nospec", "draft_model-k4", "ngram-k4", "plugin-k2", "plugin-k4")
@@ -102,7 +108,7 @@ class BenchConfig:
         elif kind == "ngram":
             spec = {"method": "ngram", "num_speculative_tokens": self.k}
         elif kind == "plugin":
-            specdec = {"draft_model": draft, **dict(self.specdec_extra)}
+            specdec = {**({"draft_model": draft} if draft else {}), **dict(self.specdec_extra)}
             spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
                     "num_speculative_tokens": self.k,
                     "draft_load_config": {"model_loader_extra_config": {"specdec": specdec}}}
@@ -168,6 +174,8 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("repetitive", "repetitive", 4, 1,
              "code continuation of a repeated pattern, one request at a time (n-gram territory)"),
     Workload("novel", "novel", 4, 1, "English prose outside the training corpus, one at a time"),
+    Workload("mixed1", "mixed", 8, 1, "half repetitive code, half novel prose, one at a time"),
+    Workload("mixed8", "mixed", 8, 8, "half repetitive code, half novel prose, 8 at once"),
 ]}
 QUICK_WORKLOADS = ("single", "batch8", "repetitive")
 TEMPERATURES = (0.0, 0.8)

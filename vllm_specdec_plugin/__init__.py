@@ -30,7 +30,8 @@ def register() -> None:
 
     vLLM calls this once per process (API server, EngineCore, workers) before the
     model runner is built. It is idempotent and cheap: it checks the vLLM version and
-    records that it ran. Every patch of vLLM internals is installed later, and only
+    installs two pass-through wrappers (request validation, config creation) that act
+    only on configs selecting our proposer. Every patch of vLLM internals is installed later, and only
     when our proposer is actually configured (see ``compat``), so an installed but
     unselected plugin changes nothing.
     """
@@ -45,6 +46,10 @@ def register() -> None:
     # Frontend (API process): request validation refuses min_p/logit_bias under any
     # speculation. The wrapper is a pass-through unless our proposer is configured.
     rejection_adapter.install_frontend_patch()
+    # Config creation: per-request acceptance on by default when our proposer runs.
+    from vllm_specdec_plugin.compat import response_metrics
+
+    response_metrics.install()
     _registered = True
     _trace_registration()
 

@@ -24,9 +24,36 @@ REPO_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 class SpecDecConfig:
     """Options of the draft-model proposer."""
 
-    draft_model: str
+    draft_model: str | None = None
     """Local folder of the draft model (Hugging Face layout: config.json, *.safetensors,
-    tokenizer). Must share the target's tokenizer and vocabulary."""
+    tokenizer). Must share the target's tokenizer and vocabulary. Not used by
+    method "ngram"."""
+
+    method: str = "draft"
+    """Where drafts come from: "draft" (the draft model), "ngram" (prompt lookup over
+    the request's own tokens, no model), or "hybrid" (n-gram first; the draft model
+    when the n-gram stage proposes fewer than ``hybrid_min_ngram`` tokens)."""
+
+    adaptive: bool = False
+    """Choose k per request and round in [0, k] from measured acceptance and costs
+    (``adaptive.py``); k = 0 decodes that request plainly. Off: always k."""
+
+    ngram_max_n: int = 4
+    """Longest context (tokens) the n-gram stage matches; longer matches win."""
+
+    ngram_min_n: int = 1
+    """Shortest context (tokens) the n-gram stage accepts as a match."""
+
+    ngram_window: int = 1024
+    """The n-gram stage searches only the last this many tokens of the request."""
+
+    hybrid_min_ngram: int = 2
+    """Hybrid: use the n-gram drafts when there are at least this many (capped at the
+    round's k); otherwise draft with the model."""
+
+    adaptive_prior_alpha: float = 0.6
+    """Adaptive: acceptance rate assumed for a request before it has been measured
+    (replaced by the running average over all requests once there is one)."""
 
     num_speculative_tokens: int = 4
     """k: draft tokens proposed per request and round (vLLM's num_speculative_tokens)."""
@@ -50,6 +77,10 @@ class SpecDecConfig:
     tokenizer_probe: str = "def speculate(x):\n    return x ** 2  # naïve café €5 日本"
     """Text both tokenizers must encode identically (checked at start-up)."""
 
+    response_metrics: str = "summary"
+    """Per-request acceptance in responses (vLLM's --per-request-spec-decode-metrics,
+    which the plugin turns on when left at none): summary, detailed, or none."""
+
     preset: str | None = None
     """YAML preset the other options were layered on (path, or a name in configs/)."""
 
@@ -72,6 +103,28 @@ class SpecDecConfig:
         if self.draft_sampling not in ("sample", "greedy"):
             raise SpecDecConfigError(
                 f"draft_sampling {self.draft_sampling!r} is not one of sample, greedy.")
+        if self.response_metrics not in ("summary", "detailed", "none"):
+            raise SpecDecConfigError(
+                f"response_metrics {self.response_metrics!r} is not one of summary, detailed, none.")
+        if self.method not in ("draft", "ngram", "hybrid"):
+            raise SpecDecConfigError(
+                f"method {self.method!r} is not one of draft, ngram, hybrid.")
+        if not isinstance(self.adaptive, bool):
+            raise SpecDecConfigError(f"adaptive must be true or false, got {self.adaptive!r}.")
+        if not (isinstance(self.ngram_min_n, int) and isinstance(self.ngram_max_n, int)
+                and 1 <= self.ngram_min_n <= self.ngram_max_n):
+            raise SpecDecConfigError(
+                f"need 1 <= ngram_min_n <= ngram_max_n, got {self.ngram_min_n}, "
+                f"{self.ngram_max_n}. Fix: e.g. ngram_min_n 1, ngram_max_n 4.")
+        if not isinstance(self.ngram_window, int) or self.ngram_window <= self.ngram_max_n:
+            raise SpecDecConfigError(
+                f"ngram_window must be an integer > ngram_max_n, got {self.ngram_window!r}.")
+        if not isinstance(self.hybrid_min_ngram, int) or self.hybrid_min_ngram < 1:
+            raise SpecDecConfigError(
+                f"hybrid_min_ngram must be an integer >= 1, got {self.hybrid_min_ngram!r}.")
+        if not 0.0 <= self.adaptive_prior_alpha < 1.0:
+            raise SpecDecConfigError(
+                f"adaptive_prior_alpha must be in [0, 1), got {self.adaptive_prior_alpha}.")
         if self.draft_dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise SpecDecConfigError(
                 f"draft_dtype {self.draft_dtype!r} is not one of auto, float32, bfloat16, "
@@ -89,12 +142,12 @@ class SpecDecConfig:
         if unknown:
             raise SpecDecConfigError(
                 f"unknown plugin option(s) {unknown}. Valid options: {sorted(known)}.")
-        if not options.get("draft_model"):
+        if not options.get("draft_model") and options.get("method", "draft") != "ngram":
             raise SpecDecConfigError(
                 "no draft model configured. Fix: add "
                 '"draft_load_config": {"model_loader_extra_config": {"specdec": '
                 '{"draft_model": "/path/to/draft"}}} to --speculative-config, or a '
-                "preset with draft_model.")
+                'preset with draft_model (or use "method": "ngram", which needs no draft model).')
         try:
             return cls(**options)
         except TypeError as e:  # wrong value types for dataclass fields

@@ -34,6 +34,7 @@ class ProposerStats:
     accepted_by_position: Counter = field(default_factory=Counter)
     prefill_tokens: int = 0         # tokens run through the draft to catch up/prefill
     no_draft: Counter = field(default_factory=Counter)  # reason -> request-rounds
+    by_source: Counter = field(default_factory=Counter)  # "draft"/"ngram" -> request-rounds
     resyncs: int = 0                # draft cache disagreed with committed tokens
 
     def record_verification(self, drafted: int, accepted: int) -> None:

@@ -22,13 +22,14 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, target: Path, spec: dict | None, extra_args=(), env=None, log=None):
+    def __init__(self, target: Path, spec: dict | None, extra_args=(), env=None, log=None,
+                 name: str = "fixture"):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         vllm = Path(sys.executable).parent / "vllm"
         cmd = [str(vllm), "serve", str(target), "--host", "127.0.0.1", "--port", str(self.port),
                "--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
-               "--served-model-name", "fixture", *extra_args]
+               "--served-model-name", name, *extra_args]
         if spec is not None:
             cmd += ["--speculative-config", json.dumps(spec)]
         self.log = open(log or os.devnull, "w")

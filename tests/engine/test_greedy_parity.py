@@ -58,19 +58,30 @@ def _accepted_tokens(res):
     return v if isinstance(v, (int, float)) else 0
 
 
-@pytest.mark.parametrize("k", [1, 3, 5])
-def test_greedy_identical_to_no_speculation(ci_pair, tokenizer, baseline, k):
-    jobs = _free_jobs([1, 4, 16]) + (_stop_jobs(tokenizer) if k == 3 else [])
-    res = run_engine(engine_kwargs(ci_pair.target, plugin_spec(ci_pair.draft, k),
-                                   max_model_len=MAX_MODEL_LEN), jobs)
+MODES = {"draft": {}, "ngram": {"method": "ngram"}, "hybrid": {"method": "hybrid"},
+         "hybrid-adaptive": {"method": "hybrid", "adaptive": True},
+         "draft-adaptive": {"adaptive": True}}
+
+
+@pytest.mark.parametrize("k,mode", [(1, "draft"), (3, "draft"), (5, "draft"), (3, "ngram"),
+                                    (3, "hybrid"), (4, "hybrid-adaptive"), (4, "draft-adaptive")])
+def test_greedy_identical_to_no_speculation(ci_pair, tokenizer, baseline, k, mode):
+    stops = k == 3 and mode in ("draft", "hybrid")
+    jobs = _free_jobs([1, 4, 16]) + (_stop_jobs(tokenizer) if stops else [])
+    # In-process engine for the new modes, so the test can read the proposer's counters.
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if mode != "draft" else None
+    res = run_engine(engine_kwargs(ci_pair.target, plugin_spec(ci_pair.draft, k, **MODES[mode]),
+                                   max_model_len=MAX_MODEL_LEN), jobs, env=env)
     want = _ids(baseline, "b16")
     for bs in (1, 4, 16):
         got = _ids(res, f"b{bs}")
         bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
-        assert not bad, f"k={k} batch={bs}: prompts {bad} differ, first: {got[bad[0]]} vs {want[bad[0]]}"
+        assert not bad, f"{mode} k={k} batch={bs}: prompts {bad} differ, first: {got[bad[0]]} vs {want[bad[0]]}"
     # Several tokens were emitted in one step for some request (drafts accepted).
     assert _accepted_tokens(res) > 0, res["metrics"]
-    if k == 3:
+    if mode == "hybrid":  # both stages proposed
+        assert all(res["proposer"]["by_source"].get(s, 0) > 0 for s in ("ngram", "draft")), res["proposer"]
+    if stops:
         for name in ("stop_token", "stop_string", "max_len"):
             assert _ids(res, name) == _ids(baseline, name), name
             assert [o["finish_reason"] for o in res["jobs"][name]] == \

@@ -20,6 +20,12 @@ from harness import engine_kwargs, plugin_spec, run_engine
 N = 8000
 ALPHA = 1e-3 / 3
 PROMPT = "    return "
+# Repetitive text, so the n-gram stage really proposes (its drafts are point masses).
+REPEAT_PROMPT = "x = f(x)\nx = f(x)\nx = f(x)\nx = f(x)\nx ="
+
+# Plugin engines: name -> (k, plugin options).
+ENGINES = {"k1": (1, {}), "k3": (3, {}), "ngram": (3, {"method": "ngram"}),
+           "hybrid-adaptive": (4, {"method": "hybrid", "adaptive": True})}
 
 
 def _configs(tok):
@@ -27,27 +33,29 @@ def _configs(tok):
     bias = {ids("self")[0]: 4.0, ids(" None")[0]: 3.0, ids("\n")[0]: -5.0}
     base = {"max_tokens": 3, "ignore_eos": True}
     return {
-        # name: (k of the plugin engine, params)
-        "t0.7": (1, {**base, "temperature": 0.7}),
-        "t1.0": (3, {**base, "temperature": 1.0}),
-        "t1.5": (1, {**base, "temperature": 1.5}),
-        "top_k": (3, {**base, "temperature": 1.0, "top_k": 20}),
-        "top_p": (1, {**base, "temperature": 1.0, "top_p": 0.8}),
-        "min_p": (3, {**base, "temperature": 1.0, "min_p": 0.05}),
-        "penalties": (1, {**base, "temperature": 1.0, "repetition_penalty": 1.5,
-                          "presence_penalty": 0.5, "frequency_penalty": 0.5}),
-        "logit_bias": (3, {**base, "temperature": 1.0, "logit_bias": bias}),
-        "mixed": (3, "mixed"),
+        # name: (plugin engine, params[, prompt])
+        "t0.7": ("k1", {**base, "temperature": 0.7}),
+        "t1.0": ("k3", {**base, "temperature": 1.0}),
+        "t1.5": ("k1", {**base, "temperature": 1.5}),
+        "top_k": ("k3", {**base, "temperature": 1.0, "top_k": 20}),
+        "top_p": ("k1", {**base, "temperature": 1.0, "top_p": 0.8}),
+        "min_p": ("k3", {**base, "temperature": 1.0, "min_p": 0.05}),
+        "penalties": ("k1", {**base, "temperature": 1.0, "repetition_penalty": 1.5,
+                             "presence_penalty": 0.5, "frequency_penalty": 0.5}),
+        "logit_bias": ("k3", {**base, "temperature": 1.0, "logit_bias": bias}),
+        "mixed": ("k3", "mixed"),
+        "ngram": ("ngram", {**base, "temperature": 1.0}, REPEAT_PROMPT),
+        "hybrid_adaptive": ("hybrid-adaptive", "mixed", REPEAT_PROMPT),
     }
 
 
-def _job(name, params, seed0):
+def _job(name, params, seed0, prompt=PROMPT):
     if params == "mixed":   # greedy and sampled requests (two temperatures) in one batch
         plist = [{"max_tokens": 3, "ignore_eos": True, "temperature": 0.0 if i % 4 == 0 else
                   (1.0 if i % 2 else 0.8), "seed": seed0 + i} for i in range(N * 2)]
-        return {"name": name, "prompts": [PROMPT] * len(plist), "batch_size": 256, "params": plist}
+        return {"name": name, "prompts": [prompt] * len(plist), "batch_size": 256, "params": plist}
     plist = [{**params, "seed": seed0 + i} for i in range(N)]
-    return {"name": name, "prompts": [PROMPT] * N, "batch_size": 256, "params": plist}
+    return {"name": name, "prompts": [prompt] * N, "batch_size": 256, "params": plist}
 
 
 def _samples(res, name, keep=None):
@@ -68,26 +76,28 @@ def runs(ci_pair, tokenizer):
     cfgs = _configs(tokenizer)
     kw = dict(max_num_seqs=256, max_model_len=128)
     baseline = run_engine(engine_kwargs(ci_pair.target, **kw),
-                          [_job(n, p, 0) for n, (_, p) in cfgs.items()])
+                          [_job(n, c[1], 0, *c[2:]) for n, c in cfgs.items()])
     seeded = {"name": "seeded", "prompts": ["def main(", "The quick", "import "] * 4, "batch_size": 12,
               "params": {"temperature": 1.0, "max_tokens": 40, "seed": 1234, "ignore_eos": True}}
     plugin = {}
-    for k in (1, 3):
-        jobs = [_job(n, p, 10**6) for n, (kk, p) in cfgs.items() if kk == k]
-        plugin[k] = run_engine(engine_kwargs(ci_pair.target, plugin_spec(ci_pair.draft, k), **kw),
-                               jobs + ([seeded] if k == 3 else []))
+    for engine, (k, opts) in ENGINES.items():
+        jobs = [_job(n, c[1], 10**6, *c[2:]) for n, c in cfgs.items() if c[0] == engine]
+        env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if opts else None  # proposer counters
+        plugin[engine] = run_engine(engine_kwargs(ci_pair.target, plugin_spec(ci_pair.draft, k, **opts), **kw),
+                                    jobs + ([seeded] if engine == "k3" else []), env=env)
     again = run_engine(engine_kwargs(ci_pair.target, plugin_spec(ci_pair.draft, 3), **kw), [seeded])
     return cfgs, baseline, plugin, again
 
 
 @pytest.mark.parametrize("name", ["t0.7", "t1.0", "t1.5", "top_k", "top_p", "min_p", "penalties",
-                                  "logit_bias", "mixed"])
+                                  "logit_bias", "mixed", "ngram", "hybrid_adaptive"])
 def test_sampled_distribution_matches_no_speculation(runs, name):
     from vllm_specdec_plugin.testing.stats import two_sample_chi2
 
     cfgs, baseline, plugin, _ = runs
     k = cfgs[name][0]
-    sampled = (lambda i: i % 4 != 0) if name == "mixed" else None
+    mixed = cfgs[name][1] == "mixed"
+    sampled = (lambda i: i % 4 != 0) if mixed else None
     a, b = _samples(baseline, name, sampled), _samples(plugin[k], name, sampled)
     assert all(len(x) == 3 for x in a + b)
     stats = {
@@ -99,7 +109,10 @@ def test_sampled_distribution_matches_no_speculation(runs, name):
     assert not bad, f"{name} (k={k}): distributions differ: {bad}"
     # Speculation really happened in this engine (drafts were verified and accepted).
     assert plugin[k]["metrics"].get("vllm:spec_decode_num_accepted_tokens", 0) > 0
-    if name == "mixed":   # greedy rows of the mixed batch: all identical to greedy
+    if k == "hybrid-adaptive":  # both stages drafted (n-gram point masses and model q)
+        snap = plugin[k]["proposer"]
+        assert snap["by_source"]["ngram"] > 0 and snap["by_source"]["draft"] > 0, snap
+    if mixed:   # greedy rows of the mixed batch: all identical to greedy
         greedy_a = set(_samples(baseline, name, lambda i: i % 4 == 0))
         greedy_b = set(_samples(plugin[k], name, lambda i: i % 4 == 0))
         assert len(greedy_a) == 1 and greedy_a == greedy_b
@@ -107,7 +120,7 @@ def test_sampled_distribution_matches_no_speculation(runs, name):
 
 def test_same_seed_same_output_across_engine_runs(runs):
     _, _, plugin, again = runs
-    first = [o["token_ids"] for o in plugin[3]["jobs"]["seeded"]]
+    first = [o["token_ids"] for o in plugin["k3"]["jobs"]["seeded"]]
     assert first == [o["token_ids"] for o in again["jobs"]["seeded"]]
     # Identical prompts with the same seed give identical outputs within a run too.
     assert first[0] == first[3] and first[1] == first[4]

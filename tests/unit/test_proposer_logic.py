@@ -49,15 +49,16 @@ class FakeRunner:
         self.device = torch.device("cpu")
 
 
-def make_proposer(monkeypatch, path, k, max_model_len=128, mib=1.0):
+def make_proposer(monkeypatch, path, k, max_model_len=128, mib=1.0, **opts):
     monkeypatch.setattr(proposer_mod, "check_draft_compatible",
                         lambda p, *a: json.loads((p / "config.json").read_text()))
     vc = SimpleNamespace(
         speculative_config=SimpleNamespace(num_speculative_tokens=k, draft_load_config=SimpleNamespace(
             model_loader_extra_config={"specdec": {"draft_model": str(path), "draft_kv_cache_mib": mib,
-                                                   "block_size": 4}})),
+                                                   "block_size": 4, **opts}})),
         additional_config={},
-        model_config=SimpleNamespace(max_model_len=max_model_len, hf_config=None, tokenizer=str(path),
+        model_config=SimpleNamespace(max_model_len=max_model_len, hf_config=SimpleNamespace(vocab_size=V),
+                                     tokenizer=str(path),
                                      model=str(path), dtype=torch.float32))
     p = DraftModelProposer(vc)
     p.load_model(None)
@@ -164,3 +165,77 @@ def test_sampled_request_publishes_q(tiny, monkeypatch):
     torch.testing.assert_close(q.sum(-1), torch.ones(2, 3))
     assert all(q[0, j, d[0][j]] > 0 for j in range(3))          # sampled from q
     assert all(q[1, j, d[1][j]] == 1 for j in range(3))         # greedy: point mass
+
+
+# ---------------------------------------------------------------- n-gram / hybrid
+
+
+def test_ngram_only_needs_no_draft_model_and_chains_lookups(tiny, monkeypatch):
+    _, path = tiny
+    p = make_proposer(monkeypatch, path, k=3, method="ngram")
+    assert p.model is None and p.allocator is None
+    p.bind_runner(FakeRunner(["a", "b"]))
+    n, arr = Batch([[1, 2, 3, 4, 1, 2, 3], [5, 6, 7]]).arrays()
+    d = p.propose([[3], [7]], n, arr)
+    assert d == [[4, 1, 2], []]                       # b: nothing to look up
+    assert p.stats.no_draft["ngram_miss"] == 1
+    # Target accepts 2 of a's drafts then corrects: acceptance is booked per request.
+    n, arr = Batch([[1, 2, 3, 4, 1, 2, 3, 4, 1, 9], [5, 6, 7, 8]]).arrays()
+    p.propose([[4, 1, 9], [8]], n, arr)
+    assert (p.requests["a"].acceptance.drafted, p.requests["a"].acceptance.accepted) == (3, 2)
+
+
+def test_hybrid_keeps_the_draft_kv_consistent_across_ngram_rounds(tiny, monkeypatch):
+    """n-gram rounds do not touch the draft KV; the next model round feeds every
+    committed token it has not seen, so its drafts equal the draft model's greedy
+    continuation of the whole sequence (as if it had drafted every round)."""
+    model, path = tiny
+    p = make_proposer(monkeypatch, path, k=3, method="hybrid", hybrid_min_ngram=2)
+    p.bind_runner(FakeRunner(["a"]))
+    seq = [10, 11, 12, 13]                            # no repeats: model round
+    n, arr = Batch([seq]).arrays()
+    d = p.propose([[13]], n, arr)
+    assert d[0] == _greedy(model, seq, 3) and p.requests["a"].source == "draft"
+    # Target accepts 1 draft; the text now repeats, so the n-gram stage proposes.
+    seq = seq + [d[0][0]] + [10, 11, 12, 13, 10, 11]
+    n, arr = Batch([seq]).arrays()
+    d2 = p.propose([[d[0][0], 10]], n, arr)            # 1 accepted (the rest is "committed")
+    assert p.requests["a"].source == "ngram" and d2[0] == [12, 13, 10]
+    tokens_before = list(p.requests["a"].tokens)
+    # Target accepts 2 n-gram drafts, then a novel token: back to the model.
+    seq = seq + [12, 13, 40]
+    n, arr = Batch([seq]).arrays()
+    d3 = p.propose([[12, 13, 40]], n, arr)
+    assert p.requests["a"].source == "draft"
+    assert d3[0] == _greedy(model, seq, 3)             # KV caught up lazily and exactly
+    assert tokens_before == seq[: len(tokens_before)]
+    assert p.requests["a"].acceptance.drafted == 6 and p.requests["a"].acceptance.accepted == 3
+    assert p.stats.resyncs == 0
+
+
+def test_hybrid_mixed_batch_publishes_q_for_ngram_rows_too(tiny, monkeypatch):
+    _, path = tiny
+    p = make_proposer(monkeypatch, path, k=3, method="hybrid")
+    runner = FakeRunner(["a", "b"], temps={"a": 1.0, "b": 1.0})
+    p.bind_runner(runner)
+    n, arr = Batch([[1, 2, 3, 1, 2, 3, 1, 2], [20, 21, 22]]).arrays()
+    d = p.propose([[2], [22]], n, arr)
+    assert d[0] == [3, 1, 2]                            # n-gram
+    assert runner._draft_prob_req_ids == ["b", "a"]      # model rows first, then n-gram rows
+    q = runner._draft_probs
+    assert all(q[1, j, d[0][j]] == 1 and q[1, j].sum() == 1 for j in range(3))  # point masses
+
+
+def test_adaptive_k_drops_to_zero_for_a_request_that_never_accepts(tiny, monkeypatch):
+    _, path = tiny
+    p = make_proposer(monkeypatch, path, k=4, adaptive=True)
+    p.bind_runner(FakeRunner(["a"]))
+    seq = [1, 2, 3]
+    ks = []
+    for step in range(30):
+        n, arr = Batch([seq]).arrays()
+        d = p.propose([[seq[-1]]] if not ks or not ks[-1] else [[(seq[-1] + 1) % V]], n, arr)
+        ks.append(len(d[0]))
+        seq = seq + [(seq[-1] + 1) % V]               # the "target" rejects every draft
+    assert ks[0] == 4 and 0 in ks[5:]
+    assert p.stats.no_draft["adaptive"] > 0

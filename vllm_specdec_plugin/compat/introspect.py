@@ -32,11 +32,12 @@ def find_proposer(llm: Any) -> Any | None:
 def proposer_snapshot(llm: Any) -> dict | None:
     """Plain-data view of the proposer's pool and counters."""
     d = find_proposer(llm)
-    if d is None or not hasattr(d, "allocator") or d.allocator is None:
+    if d is None or not hasattr(d, "stats"):
         return None
-    s = d.stats
+    s, a = d.stats, d.allocator
     return {
-        "blocks_total": d.allocator.num_blocks, "blocks_free": d.allocator.num_free,
+        "blocks_total": a.num_blocks if a else 0, "blocks_free": a.num_free if a else 0,
+        "by_source": dict(s.by_source),
         "live_requests": len(d.requests), "rounds": s.rounds, "drafted": s.drafted,
         "accepted": s.accepted, "no_draft": dict(s.no_draft), "resyncs": s.resyncs,
         "prefill_tokens": s.prefill_tokens, "draft_seconds": d.draft_seconds,

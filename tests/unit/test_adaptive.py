@@ -1,0 +1,388 @@
+"""Adaptive k (vllm_specdec_plugin.adaptive): the rule, the estimators, the fit.
+
+Statistical tests use fixed seeds (deterministic). Their tolerances were chosen
+from the estimator's spread, not tuned to the seeds: the convergence test runs with
+decay 0.999 for 2000 rounds (~870 effective rounds; the standard error of α̂ at
+α = 0.3 is ~0.016, so 0.05 is > 3 sigma; over seeds 0..199 the largest error seen
+was 0.032). At the default decay 0.9 the window is ~10 rounds and α̂ at α = 0.3
+has a standard deviation of ~0.1: fast tracking, not precision, is what it buys;
+the phase-switch test checks that.
+"""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import pytest
+
+from vllm_specdec_plugin.adaptive import (
+    AdaptiveConfig,
+    AdaptiveK,
+    best_k,
+    expected_tokens,
+    speedup,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def draw_accepted(rng: random.Random, alpha: float, k: int) -> int:
+    """Geometric model: each draft accepted with prob. alpha until the first rejection."""
+    n = 0
+    while n < k and rng.random() < alpha:
+        n += 1
+    return n
+
+
+def brute_s(alpha: float, cost: float, k_max: int) -> list[Fraction]:
+    """S(0..k_max) from the closed form, in exact arithmetic on the float inputs."""
+    a, c = Fraction(alpha), Fraction(cost)
+    return [((1 - a ** (k + 1)) / (1 - a) if a != 1 else Fraction(k + 1)) / (1 + k * c)
+            for k in range(k_max + 1)]
+
+
+def brute_best_k(alpha: float, cost: float, k_max: int, min_gain: float) -> int:
+    """argmax over the closed form, smallest k among the maxima, then the min_gain rule."""
+    values = brute_s(alpha, cost, k_max)
+    top = max(values)
+    k_star = values.index(top)  # first index = smallest k on ties
+    return k_star if top > 1 + Fraction(min_gain) else 0
+
+
+def run_rounds(ak: AdaptiveK, rng: random.Random, alpha: float, n: int, rid: str = "r",
+               batch: int = 1) -> list[int]:
+    ks = []
+    for _ in range(n):
+        k, _ = ak.choose([rid], batch)[rid]
+        ks.append(k)
+        ak.observe_round(rid, k, draw_accepted(rng, alpha, k))
+    return ks
+
+
+def feed_linear(ak: AdaptiveK, a: float, b: float, ns=(4, 8, 16, 40, 100, 257)) -> None:
+    for _ in range(5):
+        for n in ns:
+            ak.observe_target_step(a + b * n, n)
+
+
+# -- formula ---------------------------------------------------------------------
+
+def test_expected_tokens_limits():
+    for k in range(0, 33):
+        assert expected_tokens(1.0, k) == k + 1
+        assert expected_tokens(0.0, k) == 1.0
+        assert expected_tokens(1 - 1e-12, k) == pytest.approx(k + 1, rel=1e-9)
+    for k in range(1, 9):
+        assert expected_tokens(1e-9, k) == pytest.approx(1 + 1e-9, rel=1e-15)
+    for a in (0.0, 0.3, 0.5, 0.77, 0.999, 1.0):
+        assert expected_tokens(a, 0) == 1.0
+
+
+def test_expected_tokens_equals_series():
+    # both branches (plain closed form below 0.5, expm1/log form above) against Σ α^i
+    for i in range(0, 1000):
+        a = i / 1000
+        for k in (1, 2, 5, 8, 32):
+            series = sum(Fraction(a) ** j for j in range(k + 1))
+            assert expected_tokens(a, k) == pytest.approx(float(series), rel=1e-12)
+
+
+def test_expected_tokens_rejects_bad_input():
+    for a, k in ((-0.1, 2), (1.1, 2), (0.5, -1)):
+        with pytest.raises(ValueError):
+            expected_tokens(a, k)
+
+
+def test_speedup_at_zero_drafts_is_one():
+    for i in range(100):
+        for c in (0.0, 0.01, 0.5, 1.0, 3.0):
+            assert speedup(i / 100, 0, c) == 1.0
+    assert speedup(0.5, 2, 0.25) == pytest.approx(1.75 / 1.5)
+
+
+def test_best_k_matches_brute_force_grid():
+    checked = near_ties = 0
+    for ai in range(100):
+        a = ai / 100
+        for ci in range(1, 101):
+            c = ci / 100
+            for k_max in (1, 4, 8):
+                for g in (0.0, 0.02, 0.1):
+                    got, want = best_k(a, c, k_max, g), brute_best_k(a, c, k_max, g)
+                    if got != want:
+                        # only float rounding at an exact tie may differ: two k with equal
+                        # S, or max S equal to 1 + min_gain (e.g. α=0.53, c=0.5: S(1)=1.02)
+                        s = brute_s(a, c, k_max)
+                        top = max(s)
+                        at_gain_edge = abs(top - 1 - Fraction(g)) <= 1e-12
+                        k_tie = got > 0 and want > 0 and abs(s[got] - top) <= 1e-12 * top
+                        assert at_gain_edge or k_tie, (a, c, k_max, g, got, want)
+                        near_ties += 1
+                    checked += 1
+    assert checked == 100 * 100 * 3 * 3
+    assert near_ties <= 30, near_ties  # float rounding at ties, not a systematic difference
+
+
+def test_best_k_ties_and_min_gain():
+    # S(0) = S(1) = 1 exactly (α = c = 0.5): the smaller k wins
+    assert speedup(0.5, 1, 0.5) == 1.0
+    assert best_k(0.5, 0.5, 4, min_gain=0.0) == 0
+    # S(1) = S(2) = 1.25 exactly in floats (α = 0.5, c = 0.2): the smaller k wins
+    assert speedup(0.5, 1, 0.2) == speedup(0.5, 2, 0.2) == 1.25
+    assert best_k(0.5, 0.2, 4, min_gain=0.0) == 1
+    # min_gain: S(1) = 1.25 speculates at gain 0.2, not at 0.25 (strictly greater needed)
+    assert best_k(0.5, 0.2, 4, min_gain=0.2) == 1
+    assert best_k(0.5, 0.2, 4, min_gain=0.25) == 0
+    assert best_k(0.0, 0.0, 8) == 0  # nothing accepted: E = 1 for every k
+    assert best_k(0.99, 0.0, 8) == 8  # free drafts: as many as allowed
+
+
+# -- acceptance estimate -----------------------------------------------------------
+
+@pytest.mark.parametrize("alpha,cost", [(0.3, 0.15), (0.6, 0.2), (0.9, 0.05)])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_alpha_converges_and_k_is_optimal(alpha, cost, seed):
+    # cost chosen per α so that α ± 0.05 stays inside best_k's region (k = 1, 2, 8)
+    k_true = best_k(alpha, cost, 8)
+    assert k_true > 0
+    for delta in (-0.05, 0.05):
+        assert best_k(min(alpha + delta, 0.999), cost, 8) == k_true
+    ak = AdaptiveK(AdaptiveConfig(k_max=8, c_prime_default=cost, decay=0.999))
+    assert ak.cost_per_draft(1) == cost  # no step samples: c' default, v = 0
+    run_rounds(ak, random.Random(seed), alpha, 2000)
+    assert abs(ak.alpha("r") - alpha) < 0.05
+    assert ak.choose(["r"], 1)["r"] == (k_true, "")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_phase_switch_is_tracked(seed):
+    # default decay 0.9: α 0.9 -> 0.2; k must fall from k_max to ~best_k(0.2) = 1
+    ak = AdaptiveK(AdaptiveConfig(k_max=8, c_prime_default=0.05))
+    rng = random.Random(seed)
+    before = run_rounds(ak, rng, 0.9, 100)
+    after = run_rounds(ak, rng, 0.2, 200)
+    assert min(before[50:]) >= 6
+    assert min(after[:30]) <= 3, after[:30]
+    tail = after[60:]
+    assert sum(tail) / len(tail) < 2.5
+    assert max(tail) <= 4
+
+
+def test_probing_cadence_and_recovery():
+    cfg = AdaptiveConfig(k_max=4, c_prime_default=0.05, probe_every=8)
+    ak = AdaptiveK(cfg)
+    # everything rejected: α̂ falls until k = 0 for low α (not load: cost is tiny)
+    for _ in range(100):
+        k, why = ak.choose(["r"], 1)["r"]
+        if k == 0:
+            break
+        ak.observe_round("r", k, 0)
+    assert (k, why) == (0, "adaptive")
+    # this was round 1 of the k=0 streak; probes land on rounds 8, 16, 24, 32
+    seen = [(k, why)]
+    for _ in range(31):
+        k, why = ak.choose(["r"], 1)["r"]
+        seen.append((k, why))
+        ak.observe_round("r", k, 0)  # probes rejected too
+    for j, kw in enumerate(seen, start=1):
+        assert kw == ((1, "") if j % 8 == 0 else (0, "adaptive")), (j, kw)
+    # acceptance rises: probes are accepted, and k > 0 comes back by the rule
+    ks = []
+    for _ in range(40):
+        k, why = ak.choose(["r"], 1)["r"]
+        ks.append(k)
+        ak.observe_round("r", k, k)
+    first = next(i for i, k in enumerate(ks) if k > 0)
+    assert first < 8  # the next probe (round 40 of the streak)
+    assert all(k > 0 for k in ks[first:])  # no longer held at 0 once a probe succeeds
+    assert ks[-1] == 4
+    # k > 0 ends a streak; falling back to k = 0 starts a fresh one (probe 8 rounds on)
+    for _ in range(2):
+        for _ in range(100):
+            k, why = ak.choose(["r"], 1)["r"]
+            if k == 0:
+                break
+            ak.observe_round("r", k, 0)
+        assert why == "adaptive"
+        again = [ak.choose(["r"], 1)["r"][0] for _ in range(15)]  # no rounds observed
+        assert again == [0] * 6 + [1] + [0] * 7 + [1]
+        assert [ak.choose(["r"], 1)["r"][0] for _ in range(3)] == [0, 0, 0]  # round 19
+        for _ in range(3):  # recover mid-streak, not on a probe round
+            ak.observe_round("r", 4, 4)
+        assert ak.choose(["r"], 1)["r"][0] > 0
+
+
+def test_new_requests_start_at_global_prior_and_forget():
+    ak = AdaptiveK(AdaptiveConfig(k_max=4, prior_alpha=0.7))
+    assert ak.alpha("new") == pytest.approx(0.7)
+    assert ak.snapshot()["global_alpha"] == pytest.approx(0.7)
+    for _ in range(20):
+        ak.observe_round("bad", 4, 0)
+        ak.observe_round("good", 4, 4)
+    g = ak.snapshot()["global_alpha"]
+    assert g != pytest.approx(0.7)
+    assert ak.alpha("new") == g
+    assert ak.alpha("bad") < g < ak.alpha("good") <= 0.999
+    assert ak.snapshot()["tracked_requests"] == 2
+    ak.forget("bad")
+    assert ak.alpha("bad") == ak.global_alpha()
+    assert ak.snapshot()["tracked_requests"] == 1
+    ak.forget("never-seen")  # no error
+    # rounds without drafts carry no information
+    before = ak.alpha("good")
+    ak.observe_round("good", 0, 0)
+    assert ak.alpha("good") == before
+    with pytest.raises(ValueError):
+        ak.observe_round("good", 2, 3)
+
+
+def test_global_alpha_decays_once_per_engine_step():
+    # the global window is counted in steps (choose() calls), not in rounds, so a
+    # large batch does not wash it out within one step
+    cfg = AdaptiveConfig(k_max=4, prior_alpha=0.6, prior_weight=4.0, decay=0.5)
+    ak = AdaptiveK(cfg)
+    ids = [f"r{i}" for i in range(4)]
+    ak.choose(ids, 4)
+    for r in ids:
+        ak.observe_round(r, 4, 4)  # 4 successes / 4 trials each
+    ak.choose(ids, 4)
+    for r in ids:
+        ak.observe_round(r, 4, 0)  # 0 successes / 1 trial each
+    succ, trials = 0.5 * 16 + 0, 0.5 * 16 + 4
+    assert ak.global_alpha() == pytest.approx((4 * 0.6 + succ) / (4 + trials))
+    # per request: decay per own round, prior = the global estimate
+    g = ak.global_alpha()
+    assert ak.alpha("r0") == pytest.approx((4 * g + 0.5 * 4) / (4 + 0.5 * 4 + 1))
+
+
+def test_alpha_clamped():
+    ak = AdaptiveK(AdaptiveConfig(k_max=8, prior_alpha=1.0))
+    for _ in range(50):
+        ak.observe_round("r", 8, 8)
+    assert ak.alpha("r") == 0.999
+    assert ak.global_alpha() == 0.999
+
+
+# -- cost model and load -------------------------------------------------------------
+
+def test_linear_fit_recovers_a_and_b():
+    for a, b in ((0.013, 3.7e-5), (0.002, 4e-4), (0.5, 1e-7)):
+        ak = AdaptiveK(AdaptiveConfig(k_max=4))
+        feed_linear(ak, a, b)
+        snap = ak.snapshot()
+        assert snap["a"] == pytest.approx(a, rel=0.01)
+        assert snap["b"] == pytest.approx(b, rel=0.01)
+        assert ak.load_cost(50) == pytest.approx(b * 50 / (a + b * 50), rel=0.01)
+
+
+def test_degenerate_fits():
+    ak = AdaptiveK(AdaptiveConfig(k_max=4))
+    assert ak.snapshot()["a"] is None and ak.load_cost(256) == 0.0
+    for _ in range(10):  # one distinct n: slope unknown -> flat, v = 0
+        ak.observe_target_step(0.02, 32)
+    assert ak.snapshot()["b"] == 0.0
+    assert ak.snapshot()["a"] == pytest.approx(0.02)
+    assert ak.load_cost(256) == 0.0
+    neg = AdaptiveK(AdaptiveConfig(k_max=4))
+    for n in (4, 8, 16, 32) * 5:  # slower with fewer tokens: noise, clamp b to 0
+        neg.observe_target_step(0.05 - 0.001 * n, n)
+    assert neg.snapshot()["b"] == 0.0
+    assert neg.snapshot()["a"] == pytest.approx(0.05 - 0.001 * 15, rel=0.05)
+    origin = AdaptiveK(AdaptiveConfig(k_max=4))
+    for n in (4, 8, 16, 32) * 5:  # negative intercept: a floored at a small positive
+        origin.observe_target_step(max(1e-3 * n - 0.01, 0.0), n)
+    assert 0 < origin.snapshot()["a"] <= 1e-5
+    assert 0 <= origin.load_cost(64) < 1
+
+
+def test_draft_cost_is_measured_relative_to_target_step():
+    ak = AdaptiveK(AdaptiveConfig(k_max=4, c_prime_default=0.05))
+    ak.observe_draft_step(0.01, 4, 8)  # no target fit yet: nothing to divide by
+    assert ak.c_prime() == 0.05
+    a, b = 0.02, 2e-5
+    feed_linear(ak, a, b)
+    for _ in range(30):
+        ak.observe_draft_step(3 * 0.25 * (a + b * 8), 3, 8)  # c' = 0.25
+    assert ak.c_prime() == pytest.approx(0.25, rel=0.01)
+    assert ak.cost_per_draft(8) == pytest.approx(0.25 + b * 8 / (a + b * 8), rel=0.01)
+    assert ak.snapshot()["c_prime"] == ak.c_prime()
+
+
+def _loaded(a: float, b: float, prior_alpha: float) -> AdaptiveK:
+    ak = AdaptiveK(AdaptiveConfig(k_max=8, prior_alpha=prior_alpha))
+    feed_linear(ak, a, b)
+    for m in (1, 8, 64, 256):  # draft forward = 0.1 target step at the same batch
+        ak.observe_draft_step(2 * 0.1 * (a + b * m), 2, m)
+    return ak
+
+
+def test_load_switches_speculation_off():
+    ak = _loaded(0.02, 2e-5, prior_alpha=0.8)  # big fixed overhead, small per-token cost
+    ids = [f"r{i}" for i in range(4)]
+    small = ak.choose(ids, 4)
+    assert all(k > 0 and why == "" for k, why in small.values())
+    assert ak.load_cost(4) < 0.01
+    big = 20000  # v(B) ~ 0.95: not even α = 0.999 pays for a draft
+    for _ in range(3 * 8):  # and no probing under load
+        assert ak.choose(ids, big) == {r: (0, "load") for r in ids}
+    assert ak.choose(ids, 4) == small  # load gone: back to speculating
+
+
+@pytest.mark.parametrize("a,b", [(0.02, 2e-5), (0.01, 5e-4)])
+@pytest.mark.parametrize("prior_alpha", [0.3, 0.6, 0.9, 0.999])
+def test_k_non_increasing_in_batch(a, b, prior_alpha):
+    ak = _loaded(a, b, prior_alpha)
+    ks, reasons = [], []
+    for batch in range(1, 257):
+        k, why = ak.choose([f"q{batch}"], batch)[f"q{batch}"]  # fresh id: no probe streak
+        ks.append(k)
+        reasons.append(why)
+    assert all(x >= y for x, y in zip(ks, ks[1:])), ks
+    if "load" in reasons:  # once load switches speculation off it stays off as B grows
+        first = reasons.index("load")
+        assert all(r == "load" for r in reasons[first:])
+    if b == 5e-4:  # v(256) ~ 0.93: this profile reaches "load" inside 1..256
+        assert reasons[-1] == "load"
+        assert ks[0] > 0 or prior_alpha == 0.3
+
+
+# -- config ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs,field", [
+    ({"k_max": 0}, "k_max"), ({"k_max": 33}, "k_max"), ({"k_max": 4.0}, "k_max"),
+    ({"k_max": True}, "k_max"),
+    ({"prior_alpha": -0.1}, "prior_alpha"), ({"prior_alpha": 1.5}, "prior_alpha"),
+    ({"prior_weight": 0}, "prior_weight"),
+    ({"decay": 0}, "decay"), ({"decay": 1.5}, "decay"),
+    ({"min_gain": -0.01}, "min_gain"),
+    ({"probe_every": -1}, "probe_every"), ({"probe_every": 2.5}, "probe_every"),
+    ({"c_prime_default": -1}, "c_prime_default"),
+    ({"ema": 0}, "ema"), ({"ema": 1.1}, "ema"),
+    ({"fit_decay": 0}, "fit_decay"),
+])
+def test_config_validation(kwargs, field):
+    args = {"k_max": 4, **kwargs}
+    with pytest.raises(ValueError, match=field):
+        AdaptiveConfig(**args)
+
+
+def test_config_defaults_valid():
+    c = AdaptiveConfig(k_max=32)
+    assert (c.prior_alpha, c.prior_weight, c.decay, c.min_gain, c.probe_every,
+            c.c_prime_default, c.ema) == (0.6, 4.0, 0.9, 0.02, 8, 0.05, 0.2)
+    AdaptiveConfig(k_max=1, probe_every=0, decay=1.0, min_gain=0.0)
+
+
+def test_module_imports_only_stdlib():
+    import ast
+    import vllm_specdec_plugin.adaptive as mod
+
+    tree = ast.parse(open(mod.__file__).read())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names.add((node.module or "").split(".")[0])
+    assert names <= {"__future__", "math", "dataclasses"}, names

@@ -1,0 +1,161 @@
+"""N-gram (prompt lookup) proposer: pinned semantics, index == brute-force reference, speed."""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+
+import numpy as np
+import pytest
+
+from vllm_specdec_plugin.ngram import NGramConfig, NGramIndex, propose_reference
+
+pytestmark = pytest.mark.unit
+
+
+def both(history, k, max_n=4, min_n=1, window=1024):
+    """Propose with the index and the reference; they must agree. Returns the draft."""
+    idx = NGramIndex(NGramConfig(max_n, min_n, window), history)
+    got = idx.propose(k)
+    ref = propose_reference(history, k, max_n, min_n, window)
+    assert got == ref, (history, k, max_n, min_n, window)
+    return got
+
+
+def test_repetitive_text_chains_through_virtual_tokens():
+    # [1,2,3] matches at 0 -> 4; then [2,3,4] (virtual 4) matches at 1 -> 1; then
+    # [3,4,1] -> 2. Copying the tokens after the first match would give the same here,
+    # so also check a case where only chaining continues past the end of history.
+    assert both([1, 2, 3, 4, 1, 2, 3], 3) == [4, 1, 2]
+    # [5,6] -> draft 5, 6, 5, 6, ...: continues the period beyond the 3 real tokens.
+    assert both([5, 6, 5, 6], 6) == [5, 6, 5, 6, 5, 6]
+
+
+def test_most_recent_occurrence_wins():
+    # "7 8" was followed by 1 and later by 2; the later one wins.
+    assert both([7, 8, 1, 7, 8, 2, 7, 8], 1) == [2]
+
+
+def test_longer_match_beats_more_recent_shorter():
+    # Suffix [1,2,3]: the 3-gram occurs at 0 (-> 4); the 1-gram [3] is more recent at 6
+    # (-> 5) and the 2-gram [2,3] is not elsewhere. Longest wins: 4.
+    assert both([1, 2, 3, 4, 9, 9, 3, 5, 1, 2, 3], 1, max_n=3) == [4]
+    # With max_n=1 only the 1-gram is tried, so the recent one wins.
+    assert both([1, 2, 3, 4, 9, 9, 3, 5, 1, 2, 3], 1, max_n=1) == [5]
+
+
+def test_no_match_and_min_n():
+    assert both([1, 2, 3, 4, 5], 4) == []
+    assert both([], 4) == []
+    assert both([1], 4) == []
+    # Only a 1-gram match exists; min_n=2 refuses it.
+    assert both([3, 1, 2, 3], 2, min_n=1) != []
+    assert both([3, 1, 2, 3], 2, min_n=2) == []
+
+
+def test_chain_fills_k_once_started():
+    # Once step 0 matches n-gram g at p, the next suffix (ending in the draft token)
+    # occurs at p+1 with a known follower and inside the (sliding) window, so a chain
+    # that starts never breaks: the draft is [] or exactly k tokens.
+    assert both([1, 2, 3, 9, 1, 2], 8) == [3, 9, 1, 2, 3, 9, 1, 2]
+    assert both([4, 1, 2, 5, 1, 2], 3, min_n=2) == [5, 1, 2]
+
+
+def test_window_excludes_old_matches():
+    hist = [1, 2, 3, 4] + [0] * 20 + [9, 1, 2, 3]
+    assert both(hist, 1, window=1024) == [4]
+    # Window of 10: the occurrence at position 0 is outside; [3], [2,3]... only at 0.
+    assert both(hist, 1, window=10) == []
+    # Within the window, a shorter match still works.
+    hist2 = [1, 2, 3, 4] + [0] * 20 + [3, 7, 9, 1, 2, 3]
+    assert both(hist2, 1, window=10) == [7]
+
+
+def test_k_zero_and_negative():
+    assert both([1, 2, 1, 2], 0) == []
+    with pytest.raises(ValueError, match="k"):
+        NGramIndex(history=[1, 2]).propose(-1)
+
+
+def test_config_validation_names_the_fix():
+    with pytest.raises(ValueError, match="max_n must be >= min_n >= 1"):
+        NGramConfig(max_n=2, min_n=3)
+    with pytest.raises(ValueError, match="max_n must be >= min_n >= 1"):
+        NGramConfig(max_n=2, min_n=0)
+    with pytest.raises(ValueError, match="window must be > max_n"):
+        NGramConfig(max_n=4, window=4)
+    NGramConfig(max_n=4, min_n=4, window=5)
+
+
+def test_numpy_history_and_python_ints():
+    arr = np.array([1, 2, 3, 4, 1, 2, 3], dtype=np.int32)
+    idx = NGramIndex(history=arr)
+    out = idx.propose(3)
+    assert out == [4, 1, 2] and all(type(t) is int for t in out)
+    assert propose_reference(arr, 3) == [4, 1, 2]
+    with pytest.raises(ValueError, match="1-D"):
+        NGramIndex(history=arr.reshape(1, -1))
+
+
+def test_propose_does_not_mutate_and_extend_matches_rebuild():
+    idx = NGramIndex(history=[1, 2, 3, 1, 2, 3, 1])
+    before = (list(idx.tokens), copy.deepcopy(idx._maps))
+    first = idx.propose(8)
+    assert idx.propose(8) == first
+    assert (list(idx.tokens), idx._maps) == before
+    idx.extend([2, 3])
+    assert idx.propose(5) == NGramIndex(history=[1, 2, 3, 1, 2, 3, 1, 2, 3]).propose(5)
+    assert len(idx) == 9
+
+
+def test_index_equals_reference_randomized():
+    rng = random.Random(1234)
+    cases = 0
+    for _ in range(3000):
+        vocab = rng.randint(1, 6)  # small vocabularies -> frequent, conflicting matches
+        min_n = rng.randint(1, 3)
+        max_n = rng.randint(min_n, 5)
+        window = rng.randint(max_n + 1, 40)
+        length = rng.randint(0, 80)  # often longer than the window
+        hist = [rng.randrange(vocab) for _ in range(length)]
+        cfg = NGramConfig(max_n, min_n, window)
+        idx = NGramIndex(cfg)
+        pos = 0
+        while True:  # incremental extend in random chunk sizes, checked after each
+            k = rng.randint(0, 8)
+            got = idx.propose(k)
+            assert got == propose_reference(hist[:pos], k, max_n, min_n, window), (
+                hist[:pos], k, max_n, min_n, window)
+            assert len(got) in (0, k)
+            cases += 1
+            if pos >= length:
+                break
+            step = rng.randint(1, 12)
+            idx.extend(np.array(hist[pos:pos + step]) if rng.random() < 0.3 else hist[pos:pos + step])
+            pos = min(length, pos + step)
+    assert cases >= 3000
+
+
+def test_performance_sanity():
+    rng = np.random.default_rng(0)
+    cfg = NGramConfig(max_n=4, min_n=1, window=1024)
+    hists = []
+    for _ in range(256):
+        # Repetitive-ish text: random spans copied from earlier, so matches are common.
+        h = list(rng.integers(0, 500, 50))
+        while len(h) < 2000:
+            if rng.random() < 0.5:
+                s = int(rng.integers(0, len(h) - 10))
+                h.extend(h[s:s + int(rng.integers(3, 30))])
+            else:
+                h.extend(rng.integers(0, 500, 5).tolist())
+        hists.append(np.array(h[:2000]))
+    t0 = time.perf_counter()
+    indices = [NGramIndex(cfg, h) for h in hists]
+    t1 = time.perf_counter()
+    drafts = [idx.propose(8) for idx in indices]
+    t2 = time.perf_counter()
+    print(f"ngram: build 256x2000 tokens {t1 - t0:.3f} s; propose(k=8) x256 {t2 - t1:.4f} s; "
+          f"mean draft len {sum(map(len, drafts)) / len(drafts):.2f}")
+    assert t2 - t1 < 2.0

@@ -1,0 +1,137 @@
+"""Per-request acceptance in every response, including n > 1 and multi-prompt requests.
+
+Why: vLLM 0.32 already tracks acceptance per output sequence in the scheduler
+  (``RequestSpecDecodeMetrics``: histogram of accepted drafts per verify step, drafts)
+  and hands it to each finished ``CompletionOutput.spec_decode_metrics``. Two gaps:
+  1. it is off unless ``--per-request-spec-decode-metrics`` is given;
+  2. the OpenAI server attaches it only to single-sequence responses (``metrics.
+     speculative_decoding``), so n > 1 and multi-prompt completions lose it.
+How: (1) ``EngineArgs.create_engine_config`` is wrapped: when the resulting config
+  selects our proposer and the level is ``none``, it becomes ``summary`` (the plugin
+  option ``response_metrics: none`` opts out). (2) The non-streaming completion and
+  chat response builders are wrapped to add ``speculative_decoding`` (the same fields
+  as vLLM's ``SpeculativeDecodingMetrics``) to every choice, from that choice's own
+  sequence. Both wrappers are pass-throughs unless our proposer is configured.
+Upstream: per-choice spec-decode metrics in the OpenAI protocol for n > 1.
+Remove when: vLLM reports per-choice acceptance itself; keep (1) only while the flag
+  defaults to ``none``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+_installed = False
+_responses_installed = False
+CHOICE_FIELD = "speculative_decoding"
+
+
+def install() -> None:
+    """Wrap config creation (idempotent; from register(), in every process).
+
+    The response wrappers are installed from there, the first time a config selects
+    our proposer: only then, and only in processes that build configs (API server,
+    offline LLM), never in EngineCore or workers.
+    """
+    global _installed
+    if _installed:
+        return
+    _wrap_create_engine_config()
+    _installed = True
+
+
+def _install_response_wrappers() -> None:
+    global _responses_installed
+    if _responses_installed:
+        return
+    _responses_installed = True
+    _wrap_completion_response()
+    _wrap_chat_response()
+
+
+def _vllm_config(serving: Any) -> Any:
+    return getattr(getattr(serving, "engine_client", None), "vllm_config", None)
+
+
+def _ours(config: Any) -> bool:
+    from vllm_specdec_plugin.compat.rejection_adapter import is_ours
+
+    return is_ours(getattr(config, "speculative_config", None))
+
+
+def _wrap_create_engine_config() -> None:
+    from vllm.engine.arg_utils import EngineArgs
+
+    original = EngineArgs.create_engine_config
+
+    def create_engine_config(self, *args, **kwargs):  # noqa: ANN001 - vLLM signature
+        config = original(self, *args, **kwargs)
+        if not _ours(config):
+            return config
+        obs = getattr(config, "observability_config", None)
+        if obs is not None and obs.per_request_spec_decode_metrics == "none":
+            from vllm_specdec_plugin.config import from_vllm_config
+
+            level = from_vllm_config(config).response_metrics
+            if level != "none":
+                obs.per_request_spec_decode_metrics = level
+        _install_response_wrappers()
+        return config
+
+    create_engine_config.__wrapped__ = original  # type: ignore[attr-defined]
+    EngineArgs.create_engine_config = create_engine_config
+
+
+def choice_metrics(output: Any) -> dict | None:
+    """vLLM's per-sequence metrics of one CompletionOutput as a response dict, or None."""
+    m = getattr(output, "spec_decode_metrics", None)
+    return m.to_dict() if m is not None else None
+
+
+def _attach(choices: list[Any], outputs: list[Any]) -> None:
+    for choice, output in zip(choices, outputs):
+        metrics = choice_metrics(output)
+        if metrics is not None:
+            setattr(choice, CHOICE_FIELD, metrics)  # response models allow extra fields
+
+
+def _wrap_completion_response() -> None:
+    from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion as S
+
+    original = S.request_output_to_completion_response
+
+    def request_output_to_completion_response(self, final_res_batch, *args, **kwargs):  # noqa: ANN001
+        response = original(self, final_res_batch, *args, **kwargs)
+        if _ours(_vllm_config(self)):
+            # Choices are built in this order: every prompt, then each of its n outputs.
+            _attach(response.choices, [o for res in final_res_batch for o in res.outputs])
+        return response
+
+    request_output_to_completion_response.__wrapped__ = original  # type: ignore[attr-defined]
+    S.request_output_to_completion_response = request_output_to_completion_response
+
+
+def _wrap_chat_response() -> None:
+    from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat as S
+
+    original = S.chat_completion_full_generator
+
+    async def chat_completion_full_generator(self, request, result_generator, *args, **kwargs):  # noqa: ANN001
+        if not _ours(_vllm_config(self)):
+            return await original(self, request, result_generator, *args, **kwargs)
+        last: list[Any] = []
+
+        async def tap(gen: AsyncIterator[Any]) -> AsyncIterator[Any]:
+            async for res in gen:
+                last[:] = [res]
+                yield res
+
+        response = await original(self, request, tap(result_generator), *args, **kwargs)
+        choices = getattr(response, "choices", None)
+        if choices and last:
+            by_index = {o.index: o for o in last[0].outputs}
+            _attach(choices, [by_index.get(c.index) for c in choices])
+        return response
+
+    chat_completion_full_generator.__wrapped__ = original  # type: ignore[attr-defined]
+    S.chat_completion_full_generator = chat_completion_full_generator

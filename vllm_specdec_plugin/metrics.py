@@ -1,0 +1,112 @@
+"""The plugin's Prometheus metrics (``specdec_*``), recorded in the worker process.
+
+They reach ``vllm serve``'s ``/metrics`` through prometheus_client's multiprocess mode:
+every process writes its samples to files in ``$PROMETHEUS_MULTIPROC_DIR`` and vLLM's
+``/metrics`` handler aggregates the folder. Our ``vllm`` launcher sets that variable
+when the command line selects this plugin (see ``launcher.py``); without it the
+samples stay in the worker's private registry (offline ``LLM``: harmless).
+
+Names follow Prometheus conventions (unit suffix, ``_total`` for counters) and carry a
+``model_name`` label equal to vLLM's, so the dashboard can join the two. vLLM drops
+collectors whose names start with ``vllm:``, hence the ``specdec_`` prefix.
+
+This module imports prometheus_client only (a vLLM dependency), never vLLM itself.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+_K_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32)
+_RATE_BUCKETS = tuple(i / 10 for i in range(1, 11))
+# Step latencies on CPU run from ~1 ms (draft, small batch) to seconds (large prefills).
+_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+NO_DRAFT_REASONS = ("pool_full", "length_guard", "adaptive", "load", "ngram_miss")
+STEP_KINDS = ("verify", "plain")
+
+_families: dict | None = None  # one set of collectors per process (registries reject duplicates)
+
+
+def _create_families() -> dict:
+    from prometheus_client import Counter, Gauge, Histogram
+
+    m = ("model_name",)
+    return {
+        "draft_tokens": Counter("specdec_draft_tokens", "Draft tokens verified by the target.", m),
+        "accepted_tokens": Counter("specdec_accepted_tokens", "Draft tokens the target accepted.", m),
+        "request_rate": Histogram(
+            "specdec_request_acceptance_rate",
+            "Acceptance rate (accepted/drafted) of each finished request that had drafts.",
+            m, buckets=_RATE_BUCKETS),
+        "draft_step": Histogram(
+            "specdec_draft_step_seconds",
+            "Wall time of one drafting round: all draft forwards for the whole batch.",
+            m, buckets=_SECONDS_BUCKETS),
+        "target_step": Histogram(
+            "specdec_target_step_seconds",
+            "Wall time of a target step (forward + sampling), by kind: verify = it "
+            "verified drafts, plain = pure decode without drafts.",
+            m + ("kind",), buckets=_SECONDS_BUCKETS),
+        "emitted": Counter("specdec_emitted_tokens", "Tokens emitted by target steps, by kind.",
+                           m + ("kind",)),
+        "k": Histogram("specdec_draft_k", "Draft tokens chosen per request and round (0 = none).",
+                       m, buckets=_K_BUCKETS),
+        "no_draft": Counter("specdec_no_draft_rounds",
+                            "Request-rounds decoded without drafts, by reason.", m + ("reason",)),
+        # mostrecent: one value per worker pool; a restarted worker's value replaces
+        # the old one instead of being summed with it.
+        "blocks_used": Gauge("specdec_draft_kv_blocks_used", "Draft KV cache blocks in use.",
+                             m, multiprocess_mode="mostrecent"),
+        "blocks_total": Gauge("specdec_draft_kv_blocks_total", "Draft KV cache blocks in the pool.",
+                              m, multiprocess_mode="mostrecent"),
+    }
+
+
+class ProposerMetrics:
+    """Bound (model_name-labelled) collectors for one proposer. Cheap to call per step."""
+
+    def __init__(self, model_name: str):
+        global _families
+        if _families is None:
+            _families = _create_families()
+        f, lab = _families, {"model_name": model_name}
+        self._draft_tokens = f["draft_tokens"].labels(**lab)
+        self._accepted = f["accepted_tokens"].labels(**lab)
+        self._request_rate = f["request_rate"].labels(**lab)
+        self._draft_step = f["draft_step"].labels(**lab)
+        self._target_step = {k: f["target_step"].labels(kind=k, **lab) for k in STEP_KINDS}
+        self._emitted = {k: f["emitted"].labels(kind=k, **lab) for k in STEP_KINDS}
+        self._k = f["k"].labels(**lab)
+        self._no_draft = {r: f["no_draft"].labels(reason=r, **lab) for r in NO_DRAFT_REASONS}
+        self._blocks_used = f["blocks_used"].labels(**lab)
+        self._blocks_total = f["blocks_total"].labels(**lab)
+        for c in (*self._no_draft.values(), *self._emitted.values()):
+            c.inc(0)  # export every series from the start, so rate() has a baseline
+
+    def verified(self, drafted: int, accepted: int) -> None:
+        if drafted:
+            self._draft_tokens.inc(drafted)
+            self._accepted.inc(accepted)
+
+    def request_finished(self, drafted: int, accepted: int) -> None:
+        if drafted:
+            self._request_rate.observe(accepted / drafted)
+
+    def target_step(self, kind: str, seconds: float, emitted_tokens: int) -> None:
+        self._target_step[kind].observe(seconds)
+        self._emitted[kind].inc(emitted_tokens)
+
+    def draft_step(self, seconds: float) -> None:
+        self._draft_step.observe(seconds)
+
+    def chosen_k(self, ks: Iterable[int]) -> None:
+        for k in ks:
+            self._k.observe(k)
+
+    def no_draft(self, reason: str, n: int = 1) -> None:
+        self._no_draft[reason].inc(n)
+
+    def kv_blocks(self, used: int, total: int) -> None:
+        self._blocks_used.set(used)
+        self._blocks_total.set(total)

@@ -1,0 +1,186 @@
+"""Draft-free n-gram ("prompt lookup") proposer core: pure Python + numpy, no vllm/torch.
+
+Given one request's token history (prompt + generated tokens) it proposes up to ``k``
+draft token ids. Semantics, shared by :class:`NGramIndex` and :func:`propose_reference`:
+
+* Context ``c`` of length ``m``; suffix of length ``n`` is ``c[m-n:m]``, tried for
+  ``n = max_n .. min_n`` (longest match first, even if a shorter one is more recent).
+* A match is a start position ``p`` with ``c[p:p+n] == suffix`` and
+  ``max(0, m - window) <= p <= m - n - 1``: the n-gram starts inside the last ``window``
+  tokens, and its following token ``c[p+n]`` is already known (so the suffix itself never
+  matches). The largest such ``p`` (most recent occurrence) wins; the draft token is
+  ``c[p+n]``.
+* Chaining: the draft token is appended to the (virtual) context, ``m`` grows by one
+  (so the window slides with it), and the lookup repeats. It stops at ``k`` tokens or at
+  the first step with no match for any ``n >= min_n``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["NGramConfig", "NGramIndex", "propose_reference"]
+
+
+@dataclass(frozen=True, slots=True)
+class NGramConfig:
+    """Matching parameters. All lengths are in tokens."""
+
+    max_n: int = 4
+    """Longest suffix n-gram tried first."""
+    min_n: int = 1
+    """Shortest suffix n-gram accepted; below it the draft stops."""
+    window: int = 1024
+    """Only n-grams starting in the last ``window`` tokens of the context are matched."""
+
+    def __post_init__(self) -> None:
+        if not (self.max_n >= self.min_n >= 1):
+            raise ValueError(
+                f"ngram max_n must be >= min_n >= 1; got max_n={self.max_n}, min_n={self.min_n}"
+            )
+        # An n-gram plus its following token must fit, else max_n could never match.
+        if self.window <= self.max_n:
+            raise ValueError(
+                f"ngram window must be > max_n (set window >= {self.max_n + 1} or lower "
+                f"max_n); got window={self.window}, max_n={self.max_n}"
+            )
+
+
+def _as_int_list(tokens: Sequence[int] | np.ndarray | Iterable[int]) -> list[int]:
+    """1-D int array / sequence -> list of Python ints (hashable, fast to slice)."""
+    if isinstance(tokens, np.ndarray):
+        if tokens.ndim != 1:
+            raise ValueError(f"token history must be 1-D; got shape {tokens.shape}")
+        return tokens.astype(np.int64, copy=False).tolist()
+    return [int(t) for t in tokens]
+
+
+def _check_k(k: int) -> None:
+    if k < 0:
+        raise ValueError(f"ngram k (number of draft tokens) must be >= 0; got k={k}")
+
+
+def propose_reference(
+    history: Sequence[int] | np.ndarray,
+    k: int,
+    max_n: int = 4,
+    min_n: int = 1,
+    window: int = 1024,
+) -> list[int]:
+    """Brute-force O(k * max_n * window * n) scan; the specification NGramIndex must match.
+
+    ``history``: 1-D token ids, shape ``[L]``. Returns ``<= k`` draft token ids.
+    """
+    NGramConfig(max_n, min_n, window)
+    _check_k(k)
+    ctx = _as_int_list(history)
+    draft: list[int] = []
+    while len(draft) < k:
+        m = len(ctx)
+        lo = max(0, m - window)
+        nxt = None
+        for n in range(max_n, min_n - 1, -1):
+            suffix = ctx[m - n:] if n <= m else None
+            # Scan backwards so the first hit is the most recent occurrence.
+            for p in range(m - n - 1, lo - 1, -1):
+                if ctx[p:p + n] == suffix:
+                    nxt = ctx[p + n]
+                    break
+            if nxt is not None:
+                break
+        if nxt is None:
+            break
+        draft.append(nxt)
+        ctx.append(nxt)
+    return draft
+
+
+class NGramIndex:
+    """Incremental n-gram index of one request's token history.
+
+    For each ``n`` in ``[min_n, max_n]`` keeps a dict ``n-gram tuple -> last start
+    position p`` among n-grams whose following token is known (``p + n < len``).
+    ``extend`` costs O(max_n) dict updates per token; ``propose`` costs
+    O(k * (max_n - min_n + 1)) dict lookups, independent of history length and window.
+    Stale entries (start before the window) are not deleted: since only the most recent
+    position is kept, ``p < m - window`` means every occurrence is outside the window.
+    """
+
+    def __init__(
+        self,
+        config: NGramConfig | None = None,
+        history: Sequence[int] | np.ndarray | None = None,
+    ) -> None:
+        self.config = config or NGramConfig()
+        self._tokens: list[int] = []
+        # _maps[n - min_n] is the dict for n-grams of length n.
+        self._maps: list[dict[tuple[int, ...], int]] = [
+            {} for _ in range(self.config.min_n, self.config.max_n + 1)
+        ]
+        if history is not None:
+            self.extend(history)
+
+    def __len__(self) -> int:
+        """Number of real (non-draft) tokens indexed."""
+        return len(self._tokens)
+
+    @property
+    def tokens(self) -> list[int]:
+        """The indexed history (do not mutate; use ``extend``)."""
+        return self._tokens
+
+    def extend(self, tokens: Sequence[int] | np.ndarray | Iterable[int]) -> None:
+        """Append accepted tokens (1-D, shape ``[T]``) to the history and index them."""
+        toks = self._tokens
+        min_n, maps = self.config.min_n, self._maps
+        for t in _as_int_list(tokens):
+            i = len(toks)  # position of t; t is the follower of the n-grams ending at i-1
+            for j, d in enumerate(maps):
+                s = i - (min_n + j)
+                if s < 0:
+                    break  # larger n start even earlier
+                d[tuple(toks[s:i])] = s  # overwrite: the most recent occurrence wins
+            toks.append(t)
+
+    def propose(self, k: int) -> list[int]:
+        """Up to ``k`` chained draft token ids; never mutates the index.
+
+        Virtual (draft) tokens go into a small per-call overlay of n-gram dicts, checked
+        before the real index because any overlay position is more recent.
+        """
+        _check_k(k)
+        cfg, toks, maps = self.config, self._tokens, self._maps
+        min_n, max_n = cfg.min_n, cfg.max_n
+        L = len(toks)
+        # Only the last max_n real tokens can take part in a suffix or overlay n-gram.
+        offset = max(0, L - max_n)
+        ctx = toks[offset:]  # absolute position of ctx[x] is offset + x
+        overlay: list[dict[tuple[int, ...], int]] = [{} for _ in maps]
+        draft: list[int] = []
+        while len(draft) < k:
+            m = offset + len(ctx)
+            lo = m - cfg.window
+            nxt = None
+            for n in range(min(max_n, m - 1), min_n - 1, -1):
+                key = tuple(ctx[len(ctx) - n:])
+                p = overlay[n - min_n].get(key)
+                if p is None:
+                    p = maps[n - min_n].get(key)
+                if p is not None and p >= lo:
+                    f = p + n  # position of the following token
+                    nxt = toks[f] if f < L else ctx[f - offset]
+                    break
+            if nxt is None:
+                break
+            draft.append(nxt)
+            # nxt (at position m) now follows the n-grams ending at m-1.
+            for j, d in enumerate(overlay):
+                s = m - (min_n + j)
+                if s < 0:
+                    break
+                d[tuple(ctx[s - offset:m - offset])] = s
+            ctx.append(nxt)
+        return draft
