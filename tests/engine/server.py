@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -52,8 +53,11 @@ class Server:
     def post(self, path, body, timeout=120):
         req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return json.loads(r.read())
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:  # keep the server's explanation in the failure
+            raise AssertionError(f"{path} -> {e.code}: {e.read().decode()[:2000]}") from None
 
     def get(self, path, timeout=30) -> str:
         with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
