@@ -179,13 +179,11 @@ def test_prometheus_config(prom_config):
     assert prom_config["rule_files"] == ["specdec-rules.yml"]
     assert (PROM_CONFIG.parent / prom_config["rule_files"][0]).is_file()
     jobs = {j["job_name"]: j for j in prom_config["scrape_configs"]}
-    assert set(jobs) == {"vllm"}  # ray is commented out until the Ray deployment fills it
+    assert set(jobs) == {"vllm", "ray"}  # ray: Ray's metrics export port (deploy/ray/)
     vllm = jobs["vllm"]
     assert vllm.get("metrics_path", "/metrics") == "/metrics"
     assert [t for sc in vllm["static_configs"] for t in sc["targets"]] == ["127.0.0.1:8000"]
-    text = PROM_CONFIG.read_text()
-    assert re.search(r"^\s*#\s*- job_name: ray\s*$", text, re.M)
-    assert re.search(r"^\s*#.*127\.0\.0\.1:8080", text, re.M)
+    assert [t for sc in jobs["ray"]["static_configs"] for t in sc["targets"]] == ["127.0.0.1:8080"]
 
 
 # ---------------------------------------------------------------- rules

@@ -76,6 +76,7 @@ def _wrap_create_engine_config() -> None:
             if level != "none":
                 obs.per_request_spec_decode_metrics = level
         _install_response_wrappers()
+        __import__("vllm_specdec_plugin.ray_bridge").ray_bridge.maybe_start()  # Ray Serve replicas only
         return config
 
     create_engine_config.__wrapped__ = original  # type: ignore[attr-defined]

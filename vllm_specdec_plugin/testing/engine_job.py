@@ -9,7 +9,8 @@ subprocess and free it before the next. JOB.json::
      "jobs": [{"name": str, "prompts": [str | [token ids]], "batch_size": int,
                "params": {SamplingParams kwargs} | [one per prompt]}]}
 
-OUT.json: {"jobs": {name: [{"token_ids": [...], "text": str, "finish_reason": str}]},
+OUT.json: {"jobs": {name: [{"token_ids": [...], "text": str, "finish_reason": str,
+                             "spec_decode": {per-sequence acceptance} | null}]},
            "metrics": {name: value}, "proposer": {...} | null}
 """
 
@@ -60,9 +61,11 @@ def main(job_path: str, out_path: str) -> None:
                                use_tqdm=False)
             for r in res:
                 for c in r.outputs:
+                    sd = getattr(c, "spec_decode_metrics", None)
                     outs.append({"token_ids": list(c.token_ids), "text": c.text,
                                  "finish_reason": c.finish_reason,
-                                 "prompt_len": len(r.prompt_token_ids or [])})
+                                 "prompt_len": len(r.prompt_token_ids or []),
+                                 "spec_decode": sd.to_dict() if sd is not None else None})
         timings[job["name"]] = time.perf_counter() - t1
         results[job["name"]] = outs
     from vllm_specdec_plugin.compat.introspect import flush_finished, proposer_snapshot

@@ -1,0 +1,99 @@
+"""Profile the plugin's drafting round on the bench pair: where do its milliseconds go?
+
+Runs an in-process offline engine with the plugin (greedy, fixed k), wraps the
+proposer's phases with wall-clock timers and runs cProfile over ``propose``. Prints
+ms per round by phase and the top functions by own time, per batch size.
+
+    python scripts/profile_draft_step.py [--k 4] [--batches 1,8] [--tokens 96]
+
+Used for the benchmark note ("where the plugin falls short and why"); not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import time
+from collections import defaultdict
+
+
+def _wrap(obj, name, acc, key):
+    fn = getattr(obj, name)
+
+    def timed(*a, **kw):
+        t = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            acc[key] += time.perf_counter() - t
+
+    setattr(obj, name, timed)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--tokens", type=int, default=96)
+    a = ap.parse_args()
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # reach the proposer
+    from vllm import LLM, SamplingParams
+
+    from benchmarks.workloads import load_prompt_set
+    from vllm_specdec_plugin.compat.introspect import find_proposer
+    from vllm_specdec_plugin.fixtures import ensure_pair
+    from vllm_specdec_plugin.kv.paged_cache import BatchLayout
+
+    pair = ensure_pair("bench")
+    spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
+            "num_speculative_tokens": a.k,
+            "draft_load_config": {"model_loader_extra_config": {"specdec": {"draft_model": str(pair.draft)}}}}
+    llm = LLM(model=str(pair.target), max_model_len=1024, enforce_eager=True, max_num_seqs=32,
+              speculative_config=spec, seed=0)
+    prop = find_proposer(llm)
+    acc: dict[str, float] = defaultdict(float)
+    _wrap(prop, "_draft", acc, "draft (all passes)")
+    _wrap(prop.model, "forward", acc, "  model.forward")
+    _wrap(prop, "_sample", acc, "  sample (argmax/q)")
+    _wrap(BatchLayout, "build", acc, "  BatchLayout.build")
+    _wrap(prop, "_publish_draft_probs", acc, "publish q")
+    _wrap(prop, "_plan_request", acc, "plan (per request)")
+    _wrap(prop, "_verified", acc, "rollback (per request)")
+    prompts = load_prompt_set("general")
+    params = SamplingParams(temperature=0, max_tokens=a.tokens, ignore_eos=True)
+    for bs in [int(b) for b in a.batches.split(",")]:
+        llm.generate(prompts[:bs], params, use_tqdm=False)  # warm-up
+        acc.clear()
+        rounds0, fwd0 = prop.stats.rounds, prop.draft_forwards
+        prof = cProfile.Profile()
+        inner = prop.propose
+
+        def propose(*args, **kw):
+            prof.enable()
+            try:
+                return inner(*args, **kw)
+            finally:
+                prof.disable()
+
+        prop.propose = propose
+        t0 = time.perf_counter()
+        llm.generate(prompts[:bs], params, use_tqdm=False)
+        wall = time.perf_counter() - t0
+        prop.propose = inner
+        rounds = prop.stats.rounds - rounds0
+        forwards = prop.draft_forwards - fwd0
+        print(f"\n=== batch {bs}, k={a.k}: {rounds} rounds, {forwards} draft forwards, "
+              f"wall {wall:.2f} s ===")
+        for key in sorted(acc, key=lambda x: (x.startswith("  "), x)):
+            print(f"{key:28s} {1e3 * acc[key] / max(rounds, 1):8.3f} ms/round")
+        print(f"{'draft forward (one pass)':28s} {1e3 * acc['  model.forward'] / max(forwards, 1):8.3f} ms")
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(18)
+        print(s.getvalue())
+
+
+if __name__ == "__main__":
+    main()
