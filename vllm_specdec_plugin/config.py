@@ -99,18 +99,20 @@ class SpecDecConfig:
                 f"block_size must be a power of two >= 1, got {self.block_size}. Fix: use 16.")
         if not self.draft_kv_cache_mib > 0:
             raise SpecDecConfigError(
-                f"draft_kv_cache_mib must be > 0, got {self.draft_kv_cache_mib}.")
+                f"draft_kv_cache_mib must be > 0, got {self.draft_kv_cache_mib}. Fix: e.g. 256.")
         if self.draft_sampling not in ("sample", "greedy"):
             raise SpecDecConfigError(
-                f"draft_sampling {self.draft_sampling!r} is not one of sample, greedy.")
+                f"draft_sampling {self.draft_sampling!r} is not one of sample, greedy. Fix: use one of them.")
         if self.response_metrics not in ("summary", "detailed", "none"):
             raise SpecDecConfigError(
-                f"response_metrics {self.response_metrics!r} is not one of summary, detailed, none.")
+                f"response_metrics {self.response_metrics!r} is not one of summary, detailed, none. "
+                "Fix: use one of them.")
         if self.method not in ("draft", "ngram", "hybrid"):
             raise SpecDecConfigError(
-                f"method {self.method!r} is not one of draft, ngram, hybrid.")
+                f"method {self.method!r} is not one of draft, ngram, hybrid. Fix: use one of them.")
         if not isinstance(self.adaptive, bool):
-            raise SpecDecConfigError(f"adaptive must be true or false, got {self.adaptive!r}.")
+            raise SpecDecConfigError(
+                f"adaptive must be true or false, got {self.adaptive!r}. Fix: use a JSON boolean.")
         if not (isinstance(self.ngram_min_n, int) and isinstance(self.ngram_max_n, int)
                 and 1 <= self.ngram_min_n <= self.ngram_max_n):
             raise SpecDecConfigError(
@@ -118,17 +120,18 @@ class SpecDecConfig:
                 f"{self.ngram_max_n}. Fix: e.g. ngram_min_n 1, ngram_max_n 4.")
         if not isinstance(self.ngram_window, int) or self.ngram_window <= self.ngram_max_n:
             raise SpecDecConfigError(
-                f"ngram_window must be an integer > ngram_max_n, got {self.ngram_window!r}.")
+                f"ngram_window must be an integer > ngram_max_n, got {self.ngram_window!r}. "
+                "Fix: e.g. 1024.")
         if not isinstance(self.hybrid_min_ngram, int) or self.hybrid_min_ngram < 1:
             raise SpecDecConfigError(
-                f"hybrid_min_ngram must be an integer >= 1, got {self.hybrid_min_ngram!r}.")
+                f"hybrid_min_ngram must be an integer >= 1, got {self.hybrid_min_ngram!r}. Fix: e.g. 2.")
         if not 0.0 <= self.adaptive_prior_alpha < 1.0:
             raise SpecDecConfigError(
-                f"adaptive_prior_alpha must be in [0, 1), got {self.adaptive_prior_alpha}.")
+                f"adaptive_prior_alpha must be in [0, 1), got {self.adaptive_prior_alpha}. Fix: e.g. 0.6.")
         if self.draft_dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise SpecDecConfigError(
                 f"draft_dtype {self.draft_dtype!r} is not one of auto, float32, bfloat16, "
-                "float16.")
+                "float16. Fix: use one of them.")
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -141,7 +144,8 @@ class SpecDecConfig:
         unknown = sorted(set(options) - known)
         if unknown:
             raise SpecDecConfigError(
-                f"unknown plugin option(s) {unknown}. Valid options: {sorted(known)}.")
+                f"unknown plugin option(s) {unknown}. Fix: use only the valid options "
+                f"{sorted(known)}.")
         if not options.get("draft_model") and options.get("method", "draft") != "ngram":
             raise SpecDecConfigError(
                 "no draft model configured. Fix: add "
@@ -151,7 +155,8 @@ class SpecDecConfig:
         try:
             return cls(**options)
         except TypeError as e:  # wrong value types for dataclass fields
-            raise SpecDecConfigError(f"invalid plugin option value: {e}") from None
+            raise SpecDecConfigError(
+                f"invalid plugin option value: {e}. Fix: see the option table in the README.") from None
 
 
 def load_preset(ref: str) -> dict[str, Any]:
@@ -167,14 +172,20 @@ def load_preset(ref: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise SpecDecConfigError(f"preset {path} is not valid YAML: {e}. Fix the file.") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecDecConfigError(
+            f"preset {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}. "
+            "Fix the file.") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise SpecDecConfigError(f"preset {path} must be a YAML mapping of option: value.")
+        raise SpecDecConfigError(
+            f"preset {path} must be a YAML mapping of option: value. Fix the file.")
     data = dict(data.get(CONFIG_KEY, data))
     if "preset" in data:
-        raise SpecDecConfigError(f"preset {path} may not name another preset.")
+        raise SpecDecConfigError(
+            f"preset {path} may not name another preset. Fix: copy its options instead.")
     # Draft paths in a preset may use $VARS and be relative to the preset file.
     dm = data.get("draft_model")
     if isinstance(dm, str) and dm:
@@ -193,7 +204,8 @@ def merge_sources(num_speculative_tokens: int, *layers: Mapping[str, Any] | None
         if layer:
             if not isinstance(layer, Mapping):
                 raise SpecDecConfigError(
-                    f"plugin options must be a JSON object under {CONFIG_KEY!r}, got {layer!r}")
+                    f"plugin options must be a JSON object under {CONFIG_KEY!r}, got {layer!r}. "
+                    'Fix: e.g. {"draft_model": "/path/to/draft"}.')
             explicit.update(layer)
     preset = explicit.get("preset")
     if preset:

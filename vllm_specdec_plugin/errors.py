@@ -1,9 +1,16 @@
 """Errors the plugin raises for bad input. Each message names the fix."""
 
 
-class SpecDecConfigError(ValueError):
+class SpecDecError(ValueError):
+    """Base: a problem the user fixes (config, model pair, environment), not a bug.
+
+    The plugin's ``vllm`` launcher prints these as one line and exits with status 2.
+    """
+
+
+class SpecDecConfigError(SpecDecError):
     """The plugin's configuration is invalid (bad key, value, path or preset)."""
 
 
-class DraftCompatibilityError(ValueError):
+class DraftCompatibilityError(SpecDecError):
     """The draft model cannot serve this target (vocab, EOS, tokenizer, context)."""

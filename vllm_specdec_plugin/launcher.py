@@ -11,6 +11,9 @@ prometheus_client's multiprocess mode (a private ``PROMETHEUS_MULTIPROC_DIR``,
 removed at exit) so the worker-side ``specdec_*`` metrics appear on ``/metrics``.
 It must happen here: prometheus_client picks its storage when first imported, before
 vLLM loads any plugin. A directory the user set is left alone.
+
+Plugin errors (bad option, model pair, vLLM version: ``errors.SpecDecError``) are
+printed as one line naming the fix, with exit status 2 instead of a traceback.
 """
 
 from __future__ import annotations
@@ -59,9 +62,18 @@ def main() -> int | None:
     if selects_plugin(sys.argv[1:]):
         enable_multiprocess_metrics()
     install_vllm_version_fallback()
-    from vllm.entrypoints.cli.main import main as vllm_main
+    from vllm_specdec_plugin.errors import SpecDecError
 
-    return vllm_main()
+    try:
+        from vllm.entrypoints.cli.main import main as vllm_main
+
+        return vllm_main()
+    except SpecDecError as e:
+        # A configuration the user must fix: one clear line, no traceback, status 2.
+        # Raised before any engine process was started (see startup_checks).
+        one_line = " ".join(str(e).split())
+        print(f"vllm-specdec-plugin: error: {one_line}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -73,6 +73,10 @@ def _vllm_config(method, model, level="none", extra=None):
 
 
 def test_per_request_metrics_default_only_when_ours(monkeypatch):
+    from vllm_specdec_plugin import startup_checks
+    from vllm_specdec_plugin.config import from_vllm_config
+
+    monkeypatch.setattr(startup_checks, "check_vllm_config", from_vllm_config)  # no real draft here
     made = {}
     ours = {"specdec": {"draft_model": "/d"}}
     cases = [

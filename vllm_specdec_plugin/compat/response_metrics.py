@@ -1,5 +1,9 @@
 """Per-request acceptance in every response, including n > 1 and multi-prompt requests.
 
+Also the hook for start-up checks: the same ``create_engine_config`` wrapper runs
+``startup_checks.check_vllm_config`` first, so a bad plugin configuration stops the
+API server (or offline LLM) before any engine process starts.
+
 Why: vLLM 0.32 already tracks acceptance per output sequence in the scheduler
   (``RequestSpecDecodeMetrics``: histogram of accepted drafts per verify step, drafts)
   and hands it to each finished ``CompletionOutput.spec_decode_metrics``. Two gaps:
@@ -65,16 +69,21 @@ def _wrap_create_engine_config() -> None:
     original = EngineArgs.create_engine_config
 
     def create_engine_config(self, *args, **kwargs):  # noqa: ANN001 - vLLM signature
+        from vllm_specdec_plugin.startup_checks import check_engine_args
+
+        # Our options first: vLLM's own parsing would reject some (k = 0) without a fix.
+        check_engine_args(getattr(self, "speculative_config", None),
+                          getattr(self, "additional_config", None))
         config = original(self, *args, **kwargs)
         if not _ours(config):
             return config
-        obs = getattr(config, "observability_config", None)
-        if obs is not None and obs.per_request_spec_decode_metrics == "none":
-            from vllm_specdec_plugin.config import from_vllm_config
+        from vllm_specdec_plugin.startup_checks import check_vllm_config
 
-            level = from_vllm_config(config).response_metrics
-            if level != "none":
-                obs.per_request_spec_decode_metrics = level
+        # Fail here, before EngineCore and workers exist: one message naming the fix.
+        level = check_vllm_config(config).response_metrics
+        obs = getattr(config, "observability_config", None)
+        if obs is not None and obs.per_request_spec_decode_metrics == "none" and level != "none":
+            obs.per_request_spec_decode_metrics = level
         _install_response_wrappers()
         __import__("vllm_specdec_plugin.ray_bridge").ray_bridge.maybe_start()  # Ray Serve replicas only
         return config

@@ -13,7 +13,10 @@ from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 
 
-class UnsupportedVLLMVersionError(RuntimeError):
+from vllm_specdec_plugin.errors import SpecDecError
+
+
+class UnsupportedVLLMVersionError(SpecDecError):
     """The installed vLLM is not the version this plugin supports."""
 
 

@@ -28,7 +28,9 @@ def resolve_draft_path(ref: str) -> Path:
                 "Hugging Face model folder (config.json, *.safetensors, tokenizer files).")
         return p
     if p.exists():
-        raise SpecDecConfigError(f"draft_model {p} is a file, not a model folder.")
+        raise SpecDecConfigError(
+            f"draft_model {p} is a file, not a model folder. Fix: pass the folder that holds "
+            "config.json and the weights.")
     if ref.count("/") == 1 and not ref.startswith((".", "/", "~")):
         try:
             from huggingface_hub import snapshot_download
@@ -133,3 +135,27 @@ def _check_tokenizers(draft: Path, target_tokenizer: str, probe: str) -> None:
             f"draft and target tokenizers disagree on the probe string {probe!r}: draft "
             f"{d_ids[:12]}... vs target {t_ids[:12]}.... Fix: the draft must use the "
             "target's tokenizer (same vocabulary and merges).")
+
+
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def check_draft_budget(draft_cfg: dict[str, Any], dtype: str, block_size: int,
+                       budget_mib: float, max_model_len: int) -> int:
+    """Blocks the draft KV budget holds; SpecDecConfigError if fewer than one request.
+
+    draft_cfg: the draft's config.json; dtype: float32/bfloat16/float16.
+    """
+    heads = int(draft_cfg["num_attention_heads"])
+    kv_heads = int(draft_cfg.get("num_key_value_heads") or heads)
+    head_dim = int(draft_cfg.get("head_dim") or int(draft_cfg["hidden_size"]) // heads)
+    per_block = 2 * int(draft_cfg["num_hidden_layers"]) * block_size * kv_heads * head_dim \
+        * _DTYPE_BYTES[dtype]
+    num_blocks = int(budget_mib * 2**20 // per_block)
+    one_request = -(-max_model_len // block_size)
+    if num_blocks < one_request:
+        raise SpecDecConfigError(
+            f"draft_kv_cache_mib={budget_mib} holds {num_blocks} blocks of {block_size} "
+            f"tokens, less than one request of max_model_len={max_model_len}. Fix: set "
+            f"draft_kv_cache_mib >= {one_request * per_block / 2**20:.1f}.")
+    return num_blocks
