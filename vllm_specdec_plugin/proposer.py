@@ -187,6 +187,8 @@ class DraftModelProposer:
                 req.tokens.clear()
                 req.drafted = []
                 req.seen = False
+        if self.allocator is not None:  # idle servers step once more to free: keep the gauge true
+            self.metrics.kv_blocks(self.allocator.num_used, self.allocator.num_blocks)
 
     def _release(self, req: _Request) -> None:
         if self.allocator is not None:
