@@ -21,6 +21,13 @@ How: ``maybe_start()`` runs in the replica process from the ``create_engine_conf
   ``ReplicaId`` (the replica's unique id, the label vLLM's Ray metrics carry). Ray
   exports them as ``ray_specdec_*``. Counters become Ray gauges holding the cumulative
   value, so ``rate()`` works on them as on the originals.
+  Seen with Ray 2.60 (OpenTelemetry exporter): a gauge named ``specdec_x_total`` is
+  exported as ``ray_specdec_x_total`` (TYPE gauge, no suffix added or stripped), with
+  its tags as labels (``le`` included) plus Ray's own (Component, NodeAddress,
+  SessionName, Version, WorkerId, otel_scope_*); a value of 0 is exported. Names must
+  match ``[a-zA-Z_][a-zA-Z0-9_]*``: others are discarded with a warning, and a name
+  with ``:`` only warns but is not exported. Every tag key must get a value on
+  ``set`` (ValueError otherwise), hence one gauge per sample name.
 Limits: a GPU deployment uses vLLM's Ray executor (the worker is a Ray actor that does
   not inherit the replica's environment) and builds the engine config in a separate
   Ray task, so ``maybe_start()`` returns False there; not covered. Outside Ray Serve

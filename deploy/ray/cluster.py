@@ -48,6 +48,7 @@ MARKER = "SPECDEC_RAY_CLUSTER"
 METRICS_PORT = 8080
 RAY_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # with it, Ray's ports bind to 127.0.0.1 on Linux
+    "RAY_AUTH_MODE": "token",  # Ray 2.60 token auth with our own token (ensure_token)
     "RAY_AUTH_TOKEN_PATH": str(TOKEN_FILE),
     "RAY_USAGE_STATS_ENABLED": "0",
 }
@@ -175,6 +176,11 @@ def stop_processes(temp_dir: Path, grace_s: float = 15.0) -> list[str]:
 
 # ---------------------------------------------------------------- state
 
+def removable(temp_dir: Path) -> bool:
+    """Only ever delete a folder that is missing, empty, or a Ray temp dir (session_latest)."""
+    return not temp_dir.exists() or not any(temp_dir.iterdir()) or (temp_dir / "session_latest").exists()
+
+
 def read_state() -> dict | None:
     try:
         return json.loads(STATE_FILE.read_text())
@@ -205,6 +211,18 @@ def listed_models(base: str) -> list[str]:
 
 def ray_cli() -> str:
     return str(Path(sys.executable).parent / "ray")
+
+
+def ensure_token() -> None:
+    """A random token for Ray's token auth, readable by this user only."""
+    import secrets
+
+    if TOKEN_FILE.is_file() and TOKEN_FILE.read_text().strip():
+        return
+    TOKEN_FILE.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(TOKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
 
 
 def start_head(temp_dir: Path, gcs_port: int, log: Path) -> None:
@@ -283,10 +301,13 @@ def up(args: argparse.Namespace) -> int:
     if port_open(http_port):
         say(f"port {http_port} (Serve HTTP) is in use; stop what holds it")
         return 1
+    if not removable(temp_dir):
+        say(f"{temp_dir} exists and is not an earlier Ray temp dir; pick another --temp-dir")
+        return 1
     shutil.rmtree(temp_dir, ignore_errors=True)
     temp_dir.mkdir(parents=True)
     STATE_DIR.mkdir(parents=True, exist_ok=True)
-    os.environ.update(RAY_ENV)  # this driver connects with the same token
+    ensure_token()
 
     gcs_port = free_port()
     address = f"127.0.0.1:{gcs_port}"
@@ -374,7 +395,8 @@ def down(args: argparse.Namespace) -> int:
         except subprocess.TimeoutExpired:
             say(f"serve.shutdown() did not finish in {args.timeout} s; stopping processes anyway")
     left = stop_processes(temp_dir)
-    shutil.rmtree(temp_dir, ignore_errors=True)
+    if removable(temp_dir):
+        shutil.rmtree(temp_dir, ignore_errors=True)
     for f in (STATE_FILE, TOKEN_FILE, STATE_DIR / "ray-start.log"):
         f.unlink(missing_ok=True)
     try:
@@ -440,6 +462,9 @@ def _reexec_in_venv() -> None:
 
 
 if __name__ == "__main__":
+    # Before anything imports ray: it reads these at import (without the first one it
+    # rewrites 127.0.0.1 to the machine's address and cannot reach the GCS).
+    os.environ.update(RAY_ENV)
     _reexec_in_venv()
     sys.path.insert(0, str(REPO))  # vllm_specdec_plugin (installed too; this keeps a checkout working)
     sys.exit(main())

@@ -166,7 +166,12 @@ def test_dashboard_and_rules_against_a_real_prometheus(ci_pair, tmp_path):
         ngram_srv.wait_ready()
         prom = Prometheus(_scrape_config([f"127.0.0.1:{draft_srv.port}", f"127.0.0.1:{ngram_srv.port}"],
                                          tmp_path), tmp_path)
-        time.sleep(6)  # a baseline scrape before the load, so rate() sees the increase
+        # A baseline scrape of both servers before the load, so rate() sees the increase
+        # (Prometheus staggers its first scrape by up to one interval).
+        deadline = time.time() + 60
+        while time.time() < deadline and len(prom.query('specdec_draft_tokens_total{job="vllm"}')) < 2:
+            time.sleep(1)
+        assert len(prom.query('specdec_draft_tokens_total{job="vllm"}')) == 2, "no baseline scrape"
         responses = {
             "fixture": _load(draft_srv, "fixture", (CODE[:6] + PROSE[:6])),
             "fixture-ngram": _load(ngram_srv, "fixture-ngram", (CODE[:4] + PROSE[:4])),
@@ -191,8 +196,8 @@ def test_dashboard_and_rules_against_a_real_prometheus(ci_pair, tmp_path):
         want = {m: _metric(p, "specdec_draft_tokens_total") for m, p in pages.items()}
         while time.time() < deadline:
             got = {m: prom.value(f'sum(specdec_draft_tokens_total{{model_name="{m}"}})') for m in want}
-            rules_done = all(prom.value(f'specdec:acceptance_rate:rate5m{{model_name="{m}"}}') is not None
-                             for m in want)
+            windowed = [prom.value(f'specdec:acceptance_rate:rate5m{{model_name="{m}"}}') for m in want]
+            rules_done = all(v is not None and math.isfinite(v) for v in windowed)
             if got == want and rules_done:
                 time.sleep(6)  # one more rule evaluation on the final scrape
                 break
