@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/python -m vllm_specdec_plugin.fixtures --pair ci
+# Prometheus for the monitoring tests (Debian package, no root). If it cannot be
+# fetched those tests skip and say why; they never fake a pass.
+bash scripts/fetch_prometheus.sh || echo "[test] Prometheus not fetched: its tests will skip"
 source scripts/cpu_env.sh
 markers="not slow"
 [ "${SPECDEC_SLOW:-0}" = 1 ] && markers=""
