@@ -17,6 +17,7 @@ from vllm_specdec_plugin.errors import SpecDecConfigError
 
 MAX_K = 32  # above this the verify step is mostly wasted work; likely a typo
 CONFIG_KEY = "specdec"
+PROPOSER_PREFIX = "vllm_specdec_plugin."  # custom_class names of this plugin's proposers
 REPO_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
@@ -157,6 +158,11 @@ class SpecDecConfig:
         except TypeError as e:  # wrong value types for dataclass fields
             raise SpecDecConfigError(
                 f"invalid plugin option value: {e}. Fix: see the option table in the README.") from None
+
+
+def selects_plugin(method: Any, model: Any) -> bool:
+    """True when a speculative config's ``method``/``model`` pick this plugin's proposer."""
+    return method == "custom_class" and str(model or "").startswith(PROPOSER_PREFIX)
 
 
 def load_preset(ref: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import shutil
 import sys
 import tempfile
 
-PLUGIN_MARKER = "vllm_specdec_plugin."
+from vllm_specdec_plugin.config import PROPOSER_PREFIX as PLUGIN_MARKER
 
 
 def selects_plugin(argv: list[str]) -> bool:

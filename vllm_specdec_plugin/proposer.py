@@ -28,8 +28,8 @@ import torch
 
 from vllm_specdec_plugin.compat import rejection_adapter, runner_hooks
 from vllm_specdec_plugin.config import SpecDecConfig, from_vllm_config
-from vllm_specdec_plugin.draft.checks import check_draft_compatible, resolve_draft_path
-from vllm_specdec_plugin.errors import SpecDecConfigError
+from vllm_specdec_plugin.draft.checks import (check_draft_budget, check_draft_compatible,
+                                              resolve_draft_path)
 from vllm_specdec_plugin.kv import BlockAllocator, BlockTable, PagedKVCache
 from vllm_specdec_plugin.kv.paged_cache import BatchLayout
 from vllm_specdec_plugin.sampling.pipeline import SamplingSpec
@@ -144,15 +144,8 @@ class DraftModelProposer:
             return
         self.model = DraftLlama(self.draft_path, self.dtype, device)
         m, bs = self.model, self.config.block_size
-        per_block = PagedKVCache.bytes_per_block(m.num_layers, bs, m.num_kv_heads, m.head_dim, self.dtype)
-        num_blocks = int(self.config.draft_kv_cache_mib * 2**20 // per_block)
-        one_request = -(-self.max_model_len // bs)
-        if num_blocks < one_request:
-            need = one_request * per_block / 2**20
-            raise SpecDecConfigError(
-                f"draft_kv_cache_mib={self.config.draft_kv_cache_mib} holds {num_blocks} "
-                f"blocks of {bs} tokens, less than one request of max_model_len="
-                f"{self.max_model_len}. Fix: set draft_kv_cache_mib >= {need:.1f}.")
+        num_blocks = check_draft_budget(self.draft_hf_config, str(self.dtype).removeprefix("torch."),
+                                        bs, self.config.draft_kv_cache_mib, self.max_model_len)
         self.allocator = BlockAllocator(num_blocks, bs)
         self.metrics.kv_blocks(0, num_blocks)
         self.cache = PagedKVCache(m.num_layers, num_blocks, bs, m.num_kv_heads, m.head_dim,
@@ -361,14 +354,14 @@ class DraftModelProposer:
         self.metrics.chosen_k((0,))
         return None
 
-    def _rollback(self, req: _Request, num_accepted: int, committed_row: np.ndarray) -> None:
+    def _rollback(self, req: _Request, accepted: int, committed_row: np.ndarray) -> None:
         """Trim the draft KV to what the target accepted from our last drafts.
 
         The last round cached the committed tokens plus drafts d1..d_{k-1} (d_k's KV
-        was never computed). vLLM reports ``num_accepted`` drafts; their KV is valid.
+        was never computed). ``accepted`` (already clamped to the drafts) of them were
+        accepted; their KV is valid.
         """
         drafted = req.drafted
-        accepted = num_accepted
         req.acceptance.rounds += 1
         req.acceptance.drafted += len(drafted)
         req.acceptance.accepted += accepted

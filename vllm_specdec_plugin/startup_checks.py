@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_specdec_plugin.config import CONFIG_KEY, SpecDecConfig, from_vllm_config, merge_sources
+from vllm_specdec_plugin.config import (CONFIG_KEY, SpecDecConfig, from_vllm_config, merge_sources,
+                                        selects_plugin)
 from vllm_specdec_plugin.draft.checks import (check_draft_budget, check_draft_compatible,
                                               resolve_draft_path)
 
@@ -46,8 +47,7 @@ def check_engine_args(speculative_config: Any, additional_config: Any) -> SpecDe
     """
     if not isinstance(speculative_config, dict):
         return None
-    if speculative_config.get("method") != "custom_class" or not str(
-            speculative_config.get("model", "")).startswith("vllm_specdec_plugin."):
+    if not selects_plugin(speculative_config.get("method"), speculative_config.get("model")):
         return None
     k = speculative_config.get("num_speculative_tokens")
     extra = ((speculative_config.get("draft_load_config") or {})

@@ -32,7 +32,6 @@ from typing import Any
 
 import torch
 
-PLUGIN_PREFIX = "vllm_specdec_plugin."
 
 _worker_installed = False
 _frontend_installed = False
@@ -40,9 +39,10 @@ _frontend_installed = False
 
 def is_ours(speculative_config: Any) -> bool:
     """True when a SpeculativeConfig selects one of this plugin's proposers."""
-    return (speculative_config is not None
-            and getattr(speculative_config, "method", None) == "custom_class"
-            and str(getattr(speculative_config, "model", "")).startswith(PLUGIN_PREFIX))
+    from vllm_specdec_plugin.config import selects_plugin
+
+    return speculative_config is not None and selects_plugin(
+        getattr(speculative_config, "method", None), getattr(speculative_config, "model", None))
 
 
 def install_frontend_patch() -> None:
