@@ -55,7 +55,11 @@ def test_launcher_reads_a_config_file(tmp_path):
 
 
 def test_multiprocess_dir_is_private_and_respects_the_users(monkeypatch):
-    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    # setenv first so monkeypatch records the original state and restores it: the
+    # launcher writes os.environ directly, and a leaked directory would be shared by
+    # every vllm serve that later tests start (their /metrics would add up).
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
     path = launcher.enable_multiprocess_metrics()
     import os
 
