@@ -15,6 +15,8 @@ from typing import Any, Mapping
 
 from vllm_specdec_plugin.errors import SpecDecConfigError
 
+# The draft dtypes the plugin takes, with their bytes per element: the one dtype map.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 MAX_K = 32  # above this the verify step is mostly wasted work; likely a typo
 CONFIG_KEY = "specdec"
 PROPOSER_PREFIX = "vllm_specdec_plugin."  # custom_class names of this plugin's proposers
@@ -59,8 +61,16 @@ class SpecDecConfig:
     num_speculative_tokens: int = 4
     """k: draft tokens proposed per request and round (vLLM's num_speculative_tokens)."""
 
-    block_size: int = 16
-    """Tokens per block of the draft's own paged KV cache."""
+    block_size: int = 32
+    """Tokens per block of the draft's own paged KV cache. vLLM's CPU attention
+    backend takes multiples of 32 (its fast paths need them); GPU backends take 16
+    and up."""
+
+    draft_prefill_budget: int = 2048
+    """Lazy draft prefill: at most this many committed tokens are fed to the draft per
+    engine step, over all requests. A longer catch-up (a long prompt's first round)
+    is fed in chunks over several steps, drafting nothing until it is caught up, so
+    one long prompt in a full batch never costs more than this per step."""
 
     draft_kv_cache_mib: float = 256.0
     """Memory budget of the draft KV cache in MiB; sets the number of blocks. When the
@@ -97,7 +107,11 @@ class SpecDecConfig:
                 "Fix: use a smaller k (2-8 is typical).")
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
             raise SpecDecConfigError(
-                f"block_size must be a power of two >= 1, got {self.block_size}. Fix: use 16.")
+                f"block_size must be a power of two >= 1, got {self.block_size}. Fix: use 32.")
+        if not isinstance(self.draft_prefill_budget, int) or self.draft_prefill_budget < 1:
+            raise SpecDecConfigError(
+                f"draft_prefill_budget must be a whole number of tokens >= 1, got "
+                f"{self.draft_prefill_budget!r}. Fix: e.g. 2048.")
         if not self.draft_kv_cache_mib > 0:
             raise SpecDecConfigError(
                 f"draft_kv_cache_mib must be > 0, got {self.draft_kv_cache_mib}. Fix: e.g. 256.")
@@ -129,7 +143,7 @@ class SpecDecConfig:
         if not 0.0 <= self.adaptive_prior_alpha < 1.0:
             raise SpecDecConfigError(
                 f"adaptive_prior_alpha must be in [0, 1), got {self.adaptive_prior_alpha}. Fix: e.g. 0.6.")
-        if self.draft_dtype not in ("auto", "float32", "bfloat16", "float16"):
+        if self.draft_dtype not in ("auto", *DTYPE_BYTES):
             raise SpecDecConfigError(
                 f"draft_dtype {self.draft_dtype!r} is not one of auto, float32, bfloat16, "
                 "float16. Fix: use one of them.")
@@ -163,6 +177,14 @@ class SpecDecConfig:
 def selects_plugin(method: Any, model: Any) -> bool:
     """True when a speculative config's ``method``/``model`` pick this plugin's proposer."""
     return method == "custom_class" and str(model or "").startswith(PROPOSER_PREFIX)
+
+
+def resolve_dtype(draft_dtype: str, target_dtype: Any) -> str:
+    """The draft's dtype name: ``draft_dtype``, or the target's for "auto"."""
+    if draft_dtype != "auto":
+        return draft_dtype
+    name = str(target_dtype).removeprefix("torch.")
+    return name if name in DTYPE_BYTES else "float32"
 
 
 def load_preset(ref: str) -> dict[str, Any]:

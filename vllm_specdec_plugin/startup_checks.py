@@ -14,11 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_specdec_plugin.config import (CONFIG_KEY, SpecDecConfig, from_vllm_config, merge_sources,
-                                        selects_plugin)
+                                        resolve_dtype, selects_plugin)
 from vllm_specdec_plugin.draft.checks import (check_draft_budget, check_draft_compatible,
                                               resolve_draft_path)
-
-_TORCH_NAMES = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16"}
 
 
 def check_vllm_config(vllm_config: Any) -> SpecDecConfig:
@@ -31,10 +29,7 @@ def check_vllm_config(vllm_config: Any) -> SpecDecConfig:
     draft = resolve_draft_path(config.draft_model)
     cfg = check_draft_compatible(draft, mc.hf_config, mc.tokenizer, mc.model, max_len,
                                  config.tokenizer_probe)
-    dtype = config.draft_dtype
-    if dtype == "auto":
-        dtype = _TORCH_NAMES.get(str(mc.dtype), "float32")
-    check_draft_budget(cfg, dtype, config.block_size, config.draft_kv_cache_mib, max_len)
+    check_draft_budget(cfg, resolve_dtype(config.draft_dtype, mc.dtype), config.block_size, config.draft_kv_cache_mib, max_len)
     return config
 
 

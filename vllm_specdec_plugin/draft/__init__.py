@@ -1,1 +1,2 @@
-"""The draft model: a Llama forward in plain torch over the plugin's paged KV cache."""
+"""The draft model on vLLM's kernels: one round of passes (round.py), draft sampling
+(sampler.py), start-up checks of a draft/target pair (checks.py)."""

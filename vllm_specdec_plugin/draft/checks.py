@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from vllm_specdec_plugin.config import DTYPE_BYTES
 from vllm_specdec_plugin.errors import DraftCompatibilityError, SpecDecConfigError
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
@@ -137,9 +138,6 @@ def _check_tokenizers(draft: Path, target_tokenizer: str, probe: str) -> None:
             "target's tokenizer (same vocabulary and merges).")
 
 
-_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
 def check_draft_budget(draft_cfg: dict[str, Any], dtype: str, block_size: int,
                        budget_mib: float, max_model_len: int) -> int:
     """Blocks the draft KV budget holds; SpecDecConfigError if fewer than one request.
@@ -150,7 +148,7 @@ def check_draft_budget(draft_cfg: dict[str, Any], dtype: str, block_size: int,
     kv_heads = int(draft_cfg.get("num_key_value_heads") or heads)
     head_dim = int(draft_cfg.get("head_dim") or int(draft_cfg["hidden_size"]) // heads)
     per_block = 2 * int(draft_cfg["num_hidden_layers"]) * block_size * kv_heads * head_dim \
-        * _DTYPE_BYTES[dtype]
+        * DTYPE_BYTES[dtype]
     num_blocks = int(budget_mib * 2**20 // per_block)
     one_request = -(-max_model_len // block_size)
     if num_blocks < one_request:

@@ -1,0 +1,73 @@
+"""Draft token choice per pass, on the draft's device: argmax for greedy rows, a
+sample from q (the request's own sampling pipeline over the draft's logits) for
+sampled rows. q stays on the device in the [rows, k, V] form the rejection sampler
+consumes; nothing round-trips through host memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from vllm_specdec_plugin.rejection import sample_from_weights
+from vllm_specdec_plugin.sampling.pipeline import target_probs
+
+
+class DraftSampler:
+    """Chooses the drafts of one round. Rows follow the round's plan order.
+
+    specs: per row, a SamplingSpec (sampled from q) or None (argmax).
+    prompts / outputs: per row, the request's prompt and output token ids (used
+      only for sampled rows: penalties see output + drafts so far).
+    generators: per row, a CPU torch.Generator for seeded requests, else None.
+    """
+
+    def __init__(self, specs: Sequence[Any], prompts: Sequence[Sequence[int]],
+                 outputs: Sequence[Sequence[int]], generators: Sequence[Any],
+                 k_max: int, vocab_size: int, device: torch.device):
+        self.device = device
+        self.sampled = [i for i, s in enumerate(specs) if s is not None]
+        self.q: torch.Tensor | None = None
+        if not self.sampled:
+            return
+        idx = self.sampled
+        self.specs = [specs[i] for i in idx]
+        self.generators = [generators[i] for i in idx]
+        self.prompts = _padded([prompts[i] for i in idx], device)
+        self.outputs = _padded([outputs[i] for i in idx], device)
+        self.q = torch.zeros((len(idx), k_max, vocab_size), dtype=torch.float32, device=device)
+
+    def pick(self, logits: torch.Tensor, pos: int, drafts: torch.Tensor) -> torch.Tensor:
+        """Draft ``pos`` of the first ``len(logits)`` rows. logits [n, V] float32;
+        drafts [B, k_max] int64 holds the earlier drafts. Returns [n] int64."""
+        tokens = logits.argmax(-1)
+        n = logits.shape[0]
+        active = [j for j, i in enumerate(self.sampled) if i < n]
+        if not active:
+            return tokens
+        rows = [self.sampled[j] for j in active]
+        rows_t = torch.tensor(rows, device=self.device)
+        act_t = torch.tensor(active, device=self.device)
+        history = torch.cat([self.outputs[act_t], drafts[rows_t, :pos]], dim=1)
+        q = target_probs(logits[rows_t], [self.specs[j] for j in active],
+                         self.prompts[act_t], history)                    # [S, V]
+        # One uniform per row: seeded requests draw from their own generator (same
+        # seed, same drafts); the others share one batched draw.
+        u = torch.rand(len(active), dtype=torch.float64)
+        for m, j in enumerate(active):
+            if self.generators[j] is not None:
+                u[m] = torch.rand(1, dtype=torch.float64, generator=self.generators[j])
+        tokens[rows_t] = sample_from_weights(q, u.to(self.device))
+        self.q[act_t, pos] = q
+        return tokens
+
+
+def _padded(rows: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
+    """[R, max len] int64, -1 padding (ignored by the sampling pipeline)."""
+    width = max((len(r) for r in rows), default=0)
+    out = torch.full((len(rows), width), -1, dtype=torch.long)
+    for i, r in enumerate(rows):
+        if len(r):
+            out[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+    return out.to(device)

@@ -1,0 +1,136 @@
+"""Each round's plan per request: how many drafts, from which source, what to feed.
+
+A request gets n-gram drafts (ready at once, point masses), a draft-model plan (the
+committed tokens the draft has not seen, then k passes), or nothing this round (the
+reason is counted). Lazy draft prefill is chunked under a per-round token budget so a
+long prompt joining a busy batch costs at most that budget per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from vllm_specdec_plugin.config import SpecDecConfig
+from vllm_specdec_plugin.kv import BlockAllocator
+from vllm_specdec_plugin.ngram import NGramConfig, NGramIndex
+from vllm_specdec_plugin.request_state import RequestState, truncate
+
+
+@dataclass(slots=True)
+class Plan:
+    """One request's work in this round."""
+
+    row: int                # row in the runner's batch
+    req_id: str
+    req: RequestState
+    new_tokens: list[int]   # committed tokens to feed (this round's chunk)
+    length: int             # committed length L
+    k: int                  # drafts wanted this round (0: prefill chunk only)
+    spec: Any = None        # SamplingSpec of a sampled request drafting from q, else None
+    prompt: list[int] = field(default_factory=list)
+    output: list[int] = field(default_factory=list)
+    drafts: list[int] = field(default_factory=list)
+
+    @property
+    def cached(self) -> int:
+        """Position of the first token fed this round."""
+        return len(self.req.tokens)
+
+
+# (k, reason-if-0) per request id, per draft source, from the adaptive controllers
+Choices = dict[str, dict[str, tuple[int, str]]]
+
+
+class Planner:
+    """Decides each request's round; owns no state beyond the requests it is given."""
+
+    def __init__(self, config: SpecDecConfig, max_model_len: int,
+                 allocator: BlockAllocator | None, no_draft: Callable[[str], None]):
+        self.config = config
+        self.k = config.num_speculative_tokens
+        self.max_model_len = max_model_len
+        self.allocator = allocator
+        self.no_draft = no_draft  # counts a request-round without drafts, by reason
+        self.uses_model = config.method in ("draft", "hybrid")
+        self.uses_ngram = config.method in ("ngram", "hybrid")
+
+    def plan(self, row: int, req_id: str, req: RequestState, length: int,
+             committed_row: np.ndarray, choices: Choices) -> Plan | None:
+        """n-gram drafts now (``drafts`` filled), a model plan, or None (counted)."""
+        req.seen = True
+        k_room = min(self.k, self.max_model_len - length - 1)
+        if k_room <= 0:  # verifying L + k tokens must emit at most max_model_len
+            return self._none("length_guard")
+        reason = ""
+        if self.uses_ngram:
+            k, reason = _chosen_k(choices, "ngram", req_id, self.k, k_room)
+            if k:
+                drafts = self._ngram_drafts(req, committed_row, length, k)
+                need = 1 if self.config.method == "ngram" else min(self.config.hybrid_min_ngram, k)
+                if len(drafts) >= need:
+                    return Plan(row=row, req_id=req_id, req=req, new_tokens=[],
+                                length=length, k=len(drafts), drafts=drafts)
+                reason = "ngram_miss"
+        if not self.uses_model:
+            return self._none(reason or "ngram_miss")
+        k, reason = _chosen_k(choices, "draft", req_id, self.k, k_room)
+        if not k:
+            return self._none(reason)
+        if len(req.tokens) >= length:  # nothing new (cannot happen in vLLM's flow):
+            truncate(req, length - 1, self.allocator)  # re-feed the last token for logits
+        return Plan(row=row, req_id=req_id, req=req,
+                    new_tokens=committed_row[len(req.tokens):length].tolist(),
+                    length=length, k=k)
+
+    def fit(self, plans: list[Plan]) -> list[Plan]:
+        """Apply the prefill budget and reserve draft KV; returns the plans that run,
+        sorted by k descending (the round runner relies on that order).
+
+        Smallest catch-ups go first. A plan whose catch-up exceeds what is left of
+        the budget feeds a chunk and drafts nothing this round; a plan the pool
+        cannot hold drafts nothing (both counted).
+        """
+        budget = self.config.draft_prefill_budget
+        run: list[Plan] = []
+        for p in sorted(plans, key=lambda p: len(p.new_tokens)):
+            if len(p.new_tokens) > budget:
+                if budget <= 0:
+                    self._none("prefill_budget")
+                    continue
+                p.new_tokens, p.k = p.new_tokens[:budget], 0
+            need = p.cached + len(p.new_tokens) + max(p.k - 1, 0)
+            if not self.allocator.can_reserve(p.req.table, need):
+                self._none("pool_full")
+                continue
+            self.allocator.reserve(p.req.table, need)
+            budget -= len(p.new_tokens)
+            if p.k == 0:
+                self._none("prefill_budget")
+            run.append(p)
+        run.sort(key=lambda p: -p.k)
+        return run
+
+    def _ngram_drafts(self, req: RequestState, committed_row: np.ndarray, length: int,
+                      k: int) -> list[int]:
+        """Prompt-lookup drafts over the committed tokens (the index catches up lazily)."""
+        if req.ngram is None:
+            c = self.config
+            req.ngram = NGramIndex(NGramConfig(c.ngram_max_n, c.ngram_min_n, c.ngram_window))
+        if len(req.ngram) < length:
+            req.ngram.extend(committed_row[len(req.ngram):length])
+        return req.ngram.propose(k)
+
+    def _none(self, reason: str) -> None:
+        self.no_draft(reason)
+        return None
+
+
+def _chosen_k(choices: Choices, source: str, req_id: str, k: int, k_room: int) -> tuple[int, str]:
+    """(k, reason-if-0) for a source: the controller's choice, or the fixed k."""
+    if source in choices:
+        chosen, reason = choices[source].get(req_id, (k, ""))
+        return min(chosen, k_room), reason
+    return k_room, ""

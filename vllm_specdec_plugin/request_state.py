@@ -1,0 +1,72 @@
+"""Draft-side state of each request, and rollback after the target's verification.
+
+The draft KV of a request holds ``tokens`` (committed tokens, then the drafts whose KV
+a round computed). After the target verified a round, everything past the accepted
+prefix is trimmed from the block table: whole tail blocks return to the free list,
+a partial last block is kept and its stale slots are overwritten later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vllm_specdec_plugin.kv import BlockAllocator, BlockTable
+from vllm_specdec_plugin.stats import ProposerStats, RequestAcceptance
+
+
+@dataclass(slots=True)
+class RequestState:
+    """One request, as the proposer sees it across rounds."""
+
+    table: BlockTable = field(default_factory=BlockTable)
+    tokens: list[int] = field(default_factory=list)  # tokens whose draft KV is cached
+    committed: int = 0      # committed length when we last drafted
+    drafted: list[int] = field(default_factory=list)  # drafts proposed last round
+    source: str = "draft"   # who proposed them: "draft" (model) or "ngram"
+    seen: bool = False      # had a propose() round since its (re)prefill
+    generator: Any = None   # torch.Generator for seeded requests (draft's own stream)
+    acceptance: RequestAcceptance = field(default_factory=RequestAcceptance)
+    ngram: Any = None       # NGramIndex over the committed tokens (ngram/hybrid)
+
+    def reset_for_prefill(self) -> None:
+        """Preempted: the request comes back later and is re-prefilled lazily."""
+        self.tokens.clear()
+        self.drafted = []
+        self.seen = False
+
+
+def roll_back(req: RequestState, accepted: int, committed_row: np.ndarray,
+              allocator: BlockAllocator | None, stats: ProposerStats) -> None:
+    """Book a verified round and trim the draft KV to what the target accepted.
+
+    The last round cached the committed tokens plus drafts d1..d_{k-1} (d_k's KV was
+    never computed). ``accepted`` (clamped to the drafts by the caller) of them were
+    accepted; their KV is valid. committed_row: the runner's committed tokens.
+    """
+    drafted = req.drafted
+    req.acceptance.rounds += 1
+    req.acceptance.drafted += len(drafted)
+    req.acceptance.accepted += accepted
+    stats.record_verification(len(drafted), accepted)
+    valid = min(req.committed + accepted, len(req.tokens))
+    # Defensive cross-check against the committed tokens (cheap: <= k entries).
+    lo = req.committed
+    if committed_row[lo:valid].tolist() != req.tokens[lo:valid]:
+        stats.resyncs += 1
+        match = lo
+        while match < valid and committed_row[match] == req.tokens[match]:
+            match += 1
+        valid = match
+    truncate(req, valid, allocator)
+    req.drafted = []
+
+
+def truncate(req: RequestState, num_tokens: int, allocator: BlockAllocator | None) -> None:
+    """Keep the first ``num_tokens`` cached tokens of a request; free the rest."""
+    del req.tokens[num_tokens:]
+    req.table.num_tokens = min(req.table.num_tokens, num_tokens)
+    if allocator is not None:
+        allocator.trim(req.table, num_tokens)
