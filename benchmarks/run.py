@@ -304,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "core 0, one OpenMP thread, the other core left to the rest)")
     p.add_argument("--engine-threads", default="1",
                    help="OMP_NUM_THREADS (torch intra-op threads) of each engine; 'none' = default")
+    p.add_argument("--compile", action="store_true",
+                   help="vLLM's default compilation (no enforce_eager: what `vllm serve` users get); "
+                        "engines compile at start-up, before anything is measured")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     p.add_argument("--report-only", type=Path, metavar="RESULTS_JSON",
                    help="re-render results.md and plots from an existing results.json")
@@ -346,7 +349,7 @@ def make_plan(a: argparse.Namespace) -> Plan:
                                    a.max_model_len - max_tokens - max_k - 2)
     max_batch = max(tw.workload.batch_size for tw in workloads.values())
     engine_kwargs = dict(model=target, dtype=dtype, max_model_len=a.max_model_len,
-                         enforce_eager=True, max_num_seqs=max(max_batch, 32), seed=0,
+                         enforce_eager=not a.compile, max_num_seqs=max(max_batch, 32), seed=0,
                          disable_log_stats=False, enable_prefix_caching=False)
     group_size = max(2, math.floor(a.mem_budget_gib / a.engine_gib))
     cpus = None if a.engine_cpus.lower() == "none" else _cpu_list(a.engine_cpus)
@@ -356,7 +359,7 @@ def make_plan(a: argparse.Namespace) -> Plan:
             "warmup_tokens": warmup, "seed": a.seed, "dtype": dtype, "max_model_len": a.max_model_len,
             "mem_budget_gib": a.mem_budget_gib, "engine_gib": a.engine_gib, "group_size": group_size,
             "wait_quiet_s": a.wait_quiet, "engine_cpus": cpus, "engine_threads": threads,
-            "argv": sys.argv[1:]}
+            "compile": a.compile, "argv": sys.argv[1:]}
     return Plan(configs=configs, workloads=workloads, temps=temps, reps=reps, max_tokens=max_tokens,
                 warmup_tokens=warmup, seed=a.seed, engine_kwargs=engine_kwargs, target=target,
                 draft=draft, out=(a.out or _default_out()).resolve(), group_size=group_size,

@@ -18,7 +18,7 @@ from harness import engine_kwargs, run_engine  # noqa: E402
 from test_sampled_distribution import ALPHA, PROMPT, _configs, _job, _samples  # noqa: E402
 
 from vllm_specdec_plugin.fixtures import ensure_pair  # noqa: E402
-from vllm_specdec_plugin.testing.stats import two_sample_chi2  # noqa: E402
+from vllm_specdec_plugin.testing.two_sample import two_sample_chi2  # noqa: E402
 
 
 KS = (1, 3)

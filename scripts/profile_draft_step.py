@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--compile", action="store_true", help="vLLM's default compilation (no enforce_eager)")
     a = ap.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # reach the proposer
     from vllm import LLM, SamplingParams
@@ -45,22 +46,24 @@ def main() -> None:
     from benchmarks.workloads import load_prompt_set
     from vllm_specdec_plugin.compat.introspect import find_proposer
     from vllm_specdec_plugin.fixtures import ensure_pair
-    from vllm_specdec_plugin.kv.paged_cache import BatchLayout
+    from vllm_specdec_plugin.compat import draft_model
+    from vllm_specdec_plugin.draft import sampler
 
     pair = ensure_pair("bench")
     spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
             "num_speculative_tokens": a.k,
             "draft_load_config": {"model_loader_extra_config": {"specdec": {"draft_model": str(pair.draft)}}}}
-    llm = LLM(model=str(pair.target), max_model_len=1024, enforce_eager=True, max_num_seqs=32,
+    llm = LLM(model=str(pair.target), max_model_len=1024, enforce_eager=not a.compile, max_num_seqs=32,
               speculative_config=spec, seed=0)
     prop = find_proposer(llm)
     acc: dict[str, float] = defaultdict(float)
-    _wrap(prop, "_draft", acc, "draft (all passes)")
-    _wrap(prop.model, "forward", acc, "  model.forward")
-    _wrap(prop, "_sample", acc, "  sample (argmax/q)")
-    _wrap(BatchLayout, "build", acc, "  BatchLayout.build")
+    _wrap(prop, "_draft", acc, "draft round (all passes)")
+    _wrap(draft_model.DraftKernels, "forward", acc, "  model forward + logits")
+    _wrap(draft_model.DraftKernels, "metadata", acc, "  attention metadata")
+    _wrap(sampler.DraftSampler, "pick", acc, "  sample (argmax/q)")
     _wrap(prop, "_publish_draft_probs", acc, "publish q")
-    _wrap(prop, "_plan_request", acc, "plan (per request)")
+    _wrap(prop.planner, "plan", acc, "plan (per request)")
+    _wrap(prop.planner, "fit", acc, "fit (budget, reserve)")
     _wrap(prop, "_verified", acc, "rollback (per request)")
     prompts = load_prompt_set("general")
     params = SamplingParams(temperature=0, max_tokens=a.tokens, ignore_eos=True)
@@ -89,7 +92,7 @@ def main() -> None:
               f"wall {wall:.2f} s ===")
         for key in sorted(acc, key=lambda x: (x.startswith("  "), x)):
             print(f"{key:28s} {1e3 * acc[key] / max(rounds, 1):8.3f} ms/round")
-        print(f"{'draft forward (one pass)':28s} {1e3 * acc['  model.forward'] / max(forwards, 1):8.3f} ms")
+        print(f"{'draft forward (one pass)':28s} {1e3 * acc['  model forward + logits'] / max(forwards, 1):8.3f} ms")
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(18)
         print(s.getvalue())

@@ -46,10 +46,11 @@ def register() -> None:
     # Frontend (API process): request validation refuses min_p/logit_bias under any
     # speculation. The wrapper is a pass-through unless our proposer is configured.
     rejection_adapter.install_frontend_patch()
-    # Config creation: per-request acceptance on by default when our proposer runs.
-    from vllm_specdec_plugin.compat import response_metrics
+    # Config creation: start-up checks, per-request acceptance on by default, Ray
+    # bridge; all only when a config selects our proposer.
+    from vllm_specdec_plugin.compat import engine_config
 
-    response_metrics.install()
+    engine_config.install()
     _registered = True
     _trace_registration()
 

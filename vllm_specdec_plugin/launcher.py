@@ -27,8 +27,11 @@ import tempfile
 from vllm_specdec_plugin.config import PROPOSER_PREFIX as PLUGIN_MARKER
 
 
-def selects_plugin(argv: list[str]) -> bool:
-    """True when `vllm serve` arguments (or a --config YAML they name) select our proposer."""
+def serve_argv_names_plugin(argv: list[str]) -> bool:
+    """True when `vllm serve` arguments (or a --config YAML they name) mention our proposer.
+
+    A text scan of the command line, before anything is parsed; the parsed-config
+    predicate is ``config.selects_plugin``."""
     if "serve" not in argv:
         return False
     for i, arg in enumerate(argv):
@@ -59,7 +62,7 @@ def enable_multiprocess_metrics() -> str | None:
 def main() -> int | None:
     from vllm_specdec_plugin.compat.cli_version import install_vllm_version_fallback
 
-    if selects_plugin(sys.argv[1:]):
+    if serve_argv_names_plugin(sys.argv[1:]):
         enable_multiprocess_metrics()
     install_vllm_version_fallback()
     from vllm_specdec_plugin.errors import SpecDecError

@@ -247,6 +247,8 @@ class DraftModelProposer:
                                max(p.k for p in plans), self.vocab_size, self.device)
         drafts, passes = run_round(self.kernels, plans, sampler, self.device)
         drafts = drafts.tolist()  # the round's one device -> host copy
+        fed = sum(len(p.new_tokens) for p in plans)
+        self.stats.max_round_prefill = max(self.stats.max_round_prefill, fed)
         for i, p in enumerate(plans):
             self.stats.prefill_tokens += len(p.new_tokens)
             p.req.tokens.extend(p.new_tokens)

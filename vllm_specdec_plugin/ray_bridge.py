@@ -96,13 +96,10 @@ def _replica_id() -> str | None:
 
 def _session_dir() -> str | None:
     """Ray's session folder (removed with the cluster's temp dir), else the system default."""
-    try:
-        import ray._private.worker as worker
+    from vllm_specdec_plugin.compat.ray_session import session_dir
 
-        path = worker._global_node.get_session_dir_path()
-        return path if path and os.path.isdir(path) else None
-    except Exception:
-        return None
+    path = session_dir()
+    return path if path and os.path.isdir(path) else None
 
 
 def _ray_gauge(name: str, description: str, tag_keys: tuple[str, ...]) -> Any:

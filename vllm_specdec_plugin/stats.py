@@ -33,6 +33,7 @@ class ProposerStats:
     accepted: int = 0
     accepted_by_position: Counter = field(default_factory=Counter)
     prefill_tokens: int = 0         # tokens run through the draft to catch up/prefill
+    max_round_prefill: int = 0      # most catch-up tokens fed in one round (<= the budget)
     no_draft: Counter = field(default_factory=Counter)  # reason -> request-rounds
     by_source: Counter = field(default_factory=Counter)  # "draft"/"ngram" -> request-rounds
     resyncs: int = 0                # draft cache disagreed with committed tokens

@@ -91,3 +91,23 @@ def test_greedy_identical_to_no_speculation(ci_pair, tokenizer, baseline, k, mod
         assert len(early) >= 8
         ends = [o["prompt_len"] + len(o["token_ids"]) for o in res["jobs"]["max_len"]]
         assert ends == [MAX_MODEL_LEN, MAX_MODEL_LEN]
+
+
+def test_qwen2_draft_runs_through_vllms_model_class(ci_pair, baseline):
+    """A second architecture: the Qwen2 twin of the ci draft (zero q/k/v biases, same
+    weights) loads as vLLM's Qwen2ForCausalLM, keeps greedy output identical, and
+    drafts exactly what the Llama draft drafts (same accepted-token counts)."""
+    from vllm_specdec_plugin.fixtures.qwen2_draft import ensure_qwen2_draft
+
+    qwen2 = ensure_qwen2_draft(ci_pair.draft)
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    runs = {}
+    for name, draft in (("llama", ci_pair.draft), ("qwen2", qwen2)):
+        res = run_engine(engine_kwargs(ci_pair.target, plugin_spec(draft, 3),
+                                       max_model_len=MAX_MODEL_LEN), _free_jobs([4]), env=env)
+        assert _ids(res, "b4") == _ids(baseline, "b16")[: len(PROMPTS)], name
+        runs[name] = res["proposer"]
+    assert runs["qwen2"]["model_class"] == "Qwen2ForCausalLM"
+    assert runs["llama"]["model_class"] == "LlamaForCausalLM"
+    assert runs["qwen2"]["accepted"] == runs["llama"]["accepted"] > 0
+    assert runs["qwen2"]["drafted"] == runs["llama"]["drafted"]

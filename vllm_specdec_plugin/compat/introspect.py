@@ -40,8 +40,9 @@ def proposer_snapshot(llm: Any) -> dict | None:
         "by_source": dict(s.by_source),
         "live_requests": len(d.requests), "rounds": s.rounds, "drafted": s.drafted,
         "accepted": s.accepted, "no_draft": dict(s.no_draft), "resyncs": s.resyncs,
-        "prefill_tokens": s.prefill_tokens, "draft_seconds": d.draft_seconds,
+        "prefill_tokens": s.prefill_tokens, "max_round_prefill": s.max_round_prefill, "draft_seconds": d.draft_seconds,
         "draft_forwards": d.draft_forwards,
+        "model_class": type(d.model).__name__ if d.model is not None else None,
     }
 
 

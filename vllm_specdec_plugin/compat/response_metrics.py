@@ -1,18 +1,14 @@
 """Per-request acceptance in every response, including n > 1 and multi-prompt requests.
 
-Also the hook for start-up checks: the same ``create_engine_config`` wrapper runs
-``startup_checks.check_vllm_config`` first, so a bad plugin configuration stops the
-API server (or offline LLM) before any engine process starts.
-
 Why: vLLM 0.32 already tracks acceptance per output sequence in the scheduler
   (``RequestSpecDecodeMetrics``: histogram of accepted drafts per verify step, drafts)
   and hands it to each finished ``CompletionOutput.spec_decode_metrics``. Two gaps:
   1. it is off unless ``--per-request-spec-decode-metrics`` is given;
   2. the OpenAI server attaches it only to single-sequence responses (``metrics.
      speculative_decoding``), so n > 1 and multi-prompt completions lose it.
-How: (1) ``EngineArgs.create_engine_config`` is wrapped: when the resulting config
-  selects our proposer and the level is ``none``, it becomes ``summary`` (the plugin
-  option ``response_metrics: none`` opts out). (2) The non-streaming completion and
+How: (1) ``compat/engine_config.py`` turns the level from ``none`` to ``summary``
+  when the config selects our proposer (the plugin option ``response_metrics: none``
+  opts out) and then calls ``install_response_wrappers``. (2) The non-streaming completion and
   chat response builders are wrapped to add ``speculative_decoding`` (the same fields
   as vLLM's ``SpeculativeDecodingMetrics``) to every choice, from that choice's own
   sequence. Both wrappers are pass-throughs unless our proposer is configured.
@@ -25,26 +21,14 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator
 
-_installed = False
 _responses_installed = False
 CHOICE_FIELD = "speculative_decoding"
 
 
-def install() -> None:
-    """Wrap config creation (idempotent; from register(), in every process).
-
-    The response wrappers are installed from there, the first time a config selects
-    our proposer: only then, and only in processes that build configs (API server,
-    offline LLM), never in EngineCore or workers.
-    """
-    global _installed
-    if _installed:
-        return
-    _wrap_create_engine_config()
-    _installed = True
-
-
-def _install_response_wrappers() -> None:
+def install_response_wrappers() -> None:
+    """Wrap the completion and chat response builders (idempotent). Called only when
+    a config selects our proposer, in processes that build configs (API server,
+    offline LLM), never in EngineCore or workers."""
     global _responses_installed
     if _responses_installed:
         return
@@ -61,35 +45,6 @@ def _ours(config: Any) -> bool:
     from vllm_specdec_plugin.compat.rejection_adapter import is_ours
 
     return is_ours(getattr(config, "speculative_config", None))
-
-
-def _wrap_create_engine_config() -> None:
-    from vllm.engine.arg_utils import EngineArgs
-
-    original = EngineArgs.create_engine_config
-
-    def create_engine_config(self, *args, **kwargs):  # noqa: ANN001 - vLLM signature
-        from vllm_specdec_plugin.startup_checks import check_engine_args
-
-        # Our options first: vLLM's own parsing would reject some (k = 0) without a fix.
-        check_engine_args(getattr(self, "speculative_config", None),
-                          getattr(self, "additional_config", None))
-        config = original(self, *args, **kwargs)
-        if not _ours(config):
-            return config
-        from vllm_specdec_plugin.startup_checks import check_vllm_config
-
-        # Fail here, before EngineCore and workers exist: one message naming the fix.
-        level = check_vllm_config(config).response_metrics
-        obs = getattr(config, "observability_config", None)
-        if obs is not None and obs.per_request_spec_decode_metrics == "none" and level != "none":
-            obs.per_request_spec_decode_metrics = level
-        _install_response_wrappers()
-        __import__("vllm_specdec_plugin.ray_bridge").ray_bridge.maybe_start()  # Ray Serve replicas only
-        return config
-
-    create_engine_config.__wrapped__ = original  # type: ignore[attr-defined]
-    EngineArgs.create_engine_config = create_engine_config
 
 
 def choice_metrics(output: Any) -> dict | None:

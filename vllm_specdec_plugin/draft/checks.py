@@ -14,7 +14,12 @@ from typing import Any
 from vllm_specdec_plugin.config import DTYPE_BYTES
 from vllm_specdec_plugin.errors import DraftCompatibilityError, SpecDecConfigError
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
+
+def _registered_architectures() -> set[str]:
+    """Every model architecture vLLM registers (public ``vllm.ModelRegistry``)."""
+    from vllm import ModelRegistry
+
+    return set(ModelRegistry.get_supported_archs())
 
 
 def resolve_draft_path(ref: str) -> Path:
@@ -76,11 +81,12 @@ def check_draft_compatible(draft: Path, target_hf_config: Any, target_tokenizer:
     """
     cfg = _json(draft / "config.json")
     arch = (cfg.get("architectures") or ["?"])[0]
-    if arch not in SUPPORTED_ARCHITECTURES or cfg.get("model_type") not in (None, "llama"):
+    if not arch.endswith("ForCausalLM") or arch not in _registered_architectures():
         raise DraftCompatibilityError(
-            f"draft architecture {arch} (model_type={cfg.get('model_type')}) is not supported; "
-            f"the draft runner implements {SUPPORTED_ARCHITECTURES}. Fix: use a Llama-"
-            "architecture draft, or vLLM's in-tree method 'draft_model' for other families.")
+            f"draft architecture {arch} (model_type={cfg.get('model_type')}) is not a causal "
+            "LM that vLLM 0.32 registers; the draft runs on vLLM's own model classes. Fix: "
+            "use a decoder-only draft of an architecture vLLM supports (e.g. Llama, Qwen2, "
+            "Qwen3, Mistral) that shares the target's tokenizer.")
     t_vocab = getattr(target_hf_config, "vocab_size", None)
     if cfg.get("vocab_size") != t_vocab:
         raise DraftCompatibilityError(

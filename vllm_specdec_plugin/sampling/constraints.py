@@ -63,7 +63,9 @@ def constraints_from_sampling_params(sp) -> TokenConstraints:
     """Duck-typed from a vLLM SamplingParams (reads attributes only)."""
     stop = tuple(sorted(getattr(sp, "all_stop_token_ids", None) or ()))
     allowed = getattr(sp, "allowed_token_ids", None)
-    bad = getattr(sp, "_bad_words_token_ids", None) or ()
+    from vllm_specdec_plugin.compat.sampling_params import bad_words_token_ids
+
+    bad = bad_words_token_ids(sp)
     return TokenConstraints(
         min_tokens=int(getattr(sp, "min_tokens", 0) or 0),
         stop_token_ids=stop,

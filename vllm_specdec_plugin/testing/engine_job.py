@@ -11,14 +11,47 @@ subprocess and free it before the next. JOB.json::
 
 OUT.json: {"jobs": {name: [{"token_ids": [...], "text": str, "finish_reason": str,
                              "spec_decode": {per-sequence acceptance} | null}]},
-           "metrics": {name: value}, "proposer": {...} | null}
+           "metrics": {name: value}, "proposer": {...} | null,
+           "rss_mib": {name: {"before": MiB, "peak": MiB}}}
+
+The RSS of this process is sampled every 2 ms while a job runs (with
+VLLM_ENABLE_V1_MULTIPROCESSING=0 the engine runs here, so that is the engine's).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
+
+
+class PeakRSS:
+    """Peak resident set size of this process while the ``with`` block runs, in MiB."""
+
+    def __enter__(self) -> "PeakRSS":
+        self.before = self.peak = _rss_mib()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.002):
+            self.peak = max(self.peak, _rss_mib())
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_mib())
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def _metrics(llm) -> dict:
@@ -47,6 +80,7 @@ def main(job_path: str, out_path: str) -> None:
     startup = time.perf_counter() - t0
     results: dict = {}
     timings: dict = {}
+    rss: dict = {}
     for job in spec["jobs"]:
         prompts = [TokensPrompt(prompt_token_ids=p) if isinstance(p, list) else p
                    for p in job["prompts"]]
@@ -57,8 +91,11 @@ def main(job_path: str, out_path: str) -> None:
         outs = []
         t1 = time.perf_counter()
         for i in range(0, len(prompts), bs):
-            res = llm.generate(prompts[i:i + bs], [SamplingParams(**p) for p in plist[i:i + bs]],
-                               use_tqdm=False)
+            with PeakRSS() as mem:
+                res = llm.generate(prompts[i:i + bs], [SamplingParams(**p) for p in plist[i:i + bs]],
+                                   use_tqdm=False)
+            prev = rss.get(job["name"], {"before": mem.before, "peak": 0.0})
+            rss[job["name"]] = {"before": prev["before"], "peak": max(prev["peak"], mem.peak)}
             for r in res:
                 for c in r.outputs:
                     sd = getattr(c, "spec_decode_metrics", None)
@@ -73,7 +110,7 @@ def main(job_path: str, out_path: str) -> None:
     flush_finished(llm)
 
     out = {"jobs": results, "metrics": _metrics(llm), "startup_s": startup, "job_s": timings,
-           "proposer": proposer_snapshot(llm)}
+           "proposer": proposer_snapshot(llm), "rss_mib": rss}
     with open(out_path, "w") as f:
         json.dump(out, f)
 

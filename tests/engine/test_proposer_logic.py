@@ -1,32 +1,29 @@
-"""DraftModelProposer against a fake runner: lazy prefill, batched drafting,
-rollback to the accepted length, lifecycle frees, pool-full and length guards.
+"""DraftModelProposer against a fake runner: lazy prefill (chunked under the budget),
+batched drafting with per-row k, rollback to the accepted length, lifecycle frees,
+pool-full and length guards, the q channel.
 
-The draft is a tiny random Llama; the "target" accepts a chosen number of drafts."""
+The draft is the ci fixture draft, run through vLLM's model class and CPU attention
+backend in this process; the reference is transformers' forward of the same weights.
+The "target" accepts a chosen number of drafts."""
 
-import json
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-import vllm_specdec_plugin.proposer as proposer_mod
+from vllm_specdec_plugin.compat import standalone
 from vllm_specdec_plugin.proposer import DraftModelProposer
 
-V = 61
+V = 2048  # the fixture vocabulary
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
+def tiny(ci_pair):
+    from transformers import AutoModelForCausalLM
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    m = LlamaForCausalLM(cfg).eval().float()
-    p = tmp_path_factory.mktemp("draft")
-    m.save_pretrained(p)
-    return m, p
+    m = AutoModelForCausalLM.from_pretrained(str(ci_pair.draft), torch_dtype=torch.float32).eval()
+    return m, ci_pair
 
 
 def _greedy(model, seq, n):
@@ -46,20 +43,13 @@ class FakeRunner:
             temperature=temps.get(r, 0.0), top_k=0, top_p=1.0, min_p=0.0, seed=None,
             repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
             logit_bias=None)) for r in req_ids}
-        self.device = torch.device("cpu")
 
 
-def make_proposer(monkeypatch, path, k, max_model_len=128, mib=1.0, **opts):
-    monkeypatch.setattr(proposer_mod, "check_draft_compatible",
-                        lambda p, *a: json.loads((p / "config.json").read_text()))
-    vc = SimpleNamespace(
-        speculative_config=SimpleNamespace(num_speculative_tokens=k, draft_load_config=SimpleNamespace(
-            model_loader_extra_config={"specdec": {"draft_model": str(path), "draft_kv_cache_mib": mib,
-                                                   "block_size": 4, **opts}})),
-        additional_config={},
-        model_config=SimpleNamespace(max_model_len=max_model_len, hf_config=SimpleNamespace(vocab_size=V),
-                                     tokenizer=str(path),
-                                     model=str(path), dtype=torch.float32))
+def make_proposer(monkeypatch, pair, k, max_model_len=128, mib=1.0, **opts):
+    spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
+            "num_speculative_tokens": k, "draft_load_config": {"model_loader_extra_config": {
+                "specdec": {"draft_model": str(pair.draft), "draft_kv_cache_mib": mib, **opts}}}}
+    vc = standalone.vllm_config(str(pair.target), spec, max_model_len=max_model_len)
     p = DraftModelProposer(vc)
     p.load_model(None)
     return p
@@ -134,13 +124,15 @@ def test_length_guard_shrinks_k_then_stops(tiny, monkeypatch):
 
 def test_pool_full_request_gets_no_draft_and_is_counted(tiny, monkeypatch):
     _, path = tiny
-    # tiny pool: 2 layers * 4 tok * 2 kv * 8 dim * 2 * 4 B = 1 KiB/block -> 32 blocks
-    p = make_proposer(monkeypatch, path, k=2, max_model_len=128, mib=32 / 1024)
+    # ci draft: 2 layers * 32 tok * 2 kv heads * 32 dim * 2 (K, V) * 4 B = 32 KiB/block;
+    # 128 KiB = 4 blocks = one request of max_model_len 128.
+    p = make_proposer(monkeypatch, path, k=2, max_model_len=128, mib=128 / 1024)
     p.bind_runner(FakeRunner(["a", "b"]))
-    long = list(range(1, 60)) * 2                              # 118 tokens: 30 blocks
+    long = list(range(1, 60)) * 2                              # 118 tokens: 4 blocks
     n, arr = Batch([long[:118], [1, 2, 3, 4, 5, 6, 7, 8, 9]]).arrays()
     d = p.propose([[1], [9]], n, arr)
-    assert len(d[0]) == 2 and d[1] == []
+    # Smallest catch-up first: b takes a block, a no longer fits this round.
+    assert d[0] == [] and len(d[1]) == 2
     assert p.stats.no_draft["pool_full"] == 1
 
 
@@ -149,7 +141,7 @@ def test_budget_below_one_request_is_a_clear_error(tiny, monkeypatch):
 
     _, path = tiny
     with pytest.raises(SpecDecConfigError, match="Fix: set draft_kv_cache_mib >="):
-        make_proposer(monkeypatch, path, k=2, max_model_len=128, mib=1 / 1024)
+        make_proposer(monkeypatch, path, k=2, max_model_len=128, mib=64 / 1024)
 
 
 def test_sampled_request_publishes_q(tiny, monkeypatch):
@@ -159,12 +151,13 @@ def test_sampled_request_publishes_q(tiny, monkeypatch):
     p.bind_runner(runner)
     n, arr = Batch([[1, 2, 3], [4, 5]]).arrays()
     d = p.propose([[3], [5]], n, arr)
-    assert runner._draft_prob_req_ids == ["a", "b"]
-    q = runner._draft_probs
+    assert sorted(runner._draft_prob_req_ids) == ["a", "b"]     # channel order is the round's
+    q = runner._draft_probs.cpu()
+    qa, qb = (q[runner._draft_prob_req_ids.index(r)] for r in "ab")
     assert q.shape == (2, 3, V)
     torch.testing.assert_close(q.sum(-1), torch.ones(2, 3))
-    assert all(q[0, j, d[0][j]] > 0 for j in range(3))          # sampled from q
-    assert all(q[1, j, d[1][j]] == 1 for j in range(3))         # greedy: point mass
+    assert all(qa[j, d[0][j]] > 0 for j in range(3))            # sampled from q
+    assert all(qb[j, d[1][j]] == 1 for j in range(3))           # greedy: point mass
 
 
 # ---------------------------------------------------------------- n-gram / hybrid
@@ -222,7 +215,7 @@ def test_hybrid_mixed_batch_publishes_q_for_ngram_rows_too(tiny, monkeypatch):
     d = p.propose([[2], [22]], n, arr)
     assert d[0] == [3, 1, 2]                            # n-gram
     assert runner._draft_prob_req_ids == ["b", "a"]      # model rows first, then n-gram rows
-    q = runner._draft_probs
+    q = runner._draft_probs.cpu()
     assert all(q[1, j, d[0][j]] == 1 and q[1, j].sum() == 1 for j in range(3))  # point masses
 
 
@@ -239,3 +232,39 @@ def test_adaptive_k_drops_to_zero_for_a_request_that_never_accepts(tiny, monkeyp
         seq = seq + [(seq[-1] + 1) % V]               # the "target" rejects every draft
     assert ks[0] == 4 and 0 in ks[5:]
     assert p.stats.no_draft["adaptive"] > 0
+
+
+def test_long_catch_up_is_chunked_under_the_prefill_budget(tiny, monkeypatch):
+    """A prompt longer than the budget is fed in chunks over several rounds, drafting
+    nothing until caught up; a short request in the same batch drafts every round."""
+    model, path = tiny
+    p = make_proposer(monkeypatch, path, k=3, max_model_len=256, draft_prefill_budget=40)
+    p.bind_runner(FakeRunner(["long", "short"]))
+    g = torch.Generator().manual_seed(3)
+    long = torch.randint(4, V, (100,), generator=g).tolist()
+    short = [5, 6, 7]
+    rounds = []
+    for step in range(4):
+        n, arr = Batch([long, short]).arrays(256)
+        d = p.propose([[long[-1]], [short[-1]]], n, arr)
+        rounds.append(d)
+        assert p.stats.prefill_tokens <= 40 * (step + 1)
+        assert d[1] == _greedy(model, short, 3)
+        # The target accepts nothing: commit a correction token for both.
+        long, short = long + [11], short + [12]
+    # 100 tokens, then 1 per round: chunks of 37 (40 minus the short row's 3), 39, 24+.
+    assert [len(r[0]) for r in rounds] == [0, 0, 3, 3]
+    assert rounds[2][0] == _greedy(model, long[:-2], 3)
+    assert p.stats.no_draft["prefill_budget"] == 2
+
+
+def test_rows_with_different_k_draft_their_own_continuations(tiny, monkeypatch):
+    model, path = tiny
+    p = make_proposer(monkeypatch, path, k=4, max_model_len=40)
+    p.bind_runner(FakeRunner(["a", "b", "c"]))
+    rows = [list(range(10, 47)), [3, 4, 5], list(range(20, 56))]   # L=37: k 2; L=36: k 3
+    n, arr = Batch(rows).arrays(64)
+    d = p.propose([[46], [5], [55]], n, arr)
+    assert [len(x) for x in d] == [2, 4, 3]
+    for row, drafts in zip(rows, d):
+        assert drafts == _greedy(model, row, len(drafts))
