@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--dtype", default="auto", help="engine dtype (auto: the checkpoint's, bf16)")
     ap.add_argument("--compile", action="store_true", help="vLLM's default compilation (no enforce_eager)")
     a = ap.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # reach the proposer
@@ -53,7 +54,7 @@ def main() -> None:
     spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
             "num_speculative_tokens": a.k,
             "draft_load_config": {"model_loader_extra_config": {"specdec": {"draft_model": str(pair.draft)}}}}
-    llm = LLM(model=str(pair.target), max_model_len=1024, enforce_eager=not a.compile, max_num_seqs=32,
+    llm = LLM(model=str(pair.target), dtype=a.dtype, max_model_len=1024, enforce_eager=not a.compile, max_num_seqs=32,
               speculative_config=spec, seed=0)
     prop = find_proposer(llm)
     acc: dict[str, float] = defaultdict(float)

@@ -112,10 +112,10 @@ def probe(ci_pair, drafts):
 
 
 CASE_NAMES = ["missing_path", "path_is_a_file", "no_config_json", "vocab_mismatch", "eos_mismatch",
-              "tokenizer_mismatch", "non_llama_draft", "short_draft_context", "k_zero", "k_negative",
+              "tokenizer_mismatch", "not_a_causal_lm_draft", "short_draft_context", "k_zero", "k_negative",
               "k_too_large", "unknown_option", "budget_below_one_request", "malformed_yaml",
               "yaml_not_a_mapping", "preset_missing", "bad_method", "bad_block_size", "bad_dtype",
-              "options_not_an_object"]
+              "bad_prefill_budget", "options_not_an_object"]
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)

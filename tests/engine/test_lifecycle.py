@@ -20,8 +20,8 @@ def test_blocks_all_free_after_drain_and_small_pool_falls_back(ci_pair):
     assert snap["live_requests"] == 0, snap
     assert [len(o["token_ids"]) for o in res["jobs"]["mixed"]] == [20 + i for i in range(32)]
 
-    # Pool of 0.5 MiB: 32 blocks of 16 tokens (one max_model_len request, the minimum);
-    # 16 concurrent requests of ~4 blocks each cannot all draft.
+    # Pool of 0.5 MiB: 16 blocks of 32 tokens (one max_model_len request, the minimum);
+    # 16 concurrent requests of ~2-3 blocks each cannot all draft.
     small = plugin_spec(ci_pair.draft, 4, draft_kv_cache_mib=0.5)
     res2 = run_engine(engine_kwargs(ci_pair.target, small), jobs, env=INPROC)
     snap2 = res2["proposer"]

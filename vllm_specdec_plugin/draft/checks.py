@@ -126,22 +126,37 @@ def _target_eos(hf_config: Any, model_dir: str | None) -> set[int]:
 
 
 def _check_tokenizers(draft: Path, target_tokenizer: str, probe: str) -> None:
-    from transformers import AutoTokenizer
-
-    try:
-        d_tok = AutoTokenizer.from_pretrained(str(draft))
-    except Exception as e:
-        raise DraftCompatibilityError(
-            f"cannot load the draft's tokenizer from {draft} ({type(e).__name__}: {e}). "
-            "Fix: copy the target's tokenizer files into the draft folder.") from None
-    t_tok = AutoTokenizer.from_pretrained(target_tokenizer)
-    d_ids = d_tok.encode(probe, add_special_tokens=False)
-    t_ids = t_tok.encode(probe, add_special_tokens=False)
+    d_ids, t_ids = _encode(draft, probe, "draft"), _encode(Path(target_tokenizer), probe, "target")
     if d_ids != t_ids:
         raise DraftCompatibilityError(
             f"draft and target tokenizers disagree on the probe string {probe!r}: draft "
             f"{d_ids[:12]}... vs target {t_ids[:12]}.... Fix: the draft must use the "
             "target's tokenizer (same vocabulary and merges).")
+
+
+def _encode(folder: Path, probe: str, who: str) -> list[int]:
+    """Token ids of ``probe`` (no special tokens).
+
+    With a tokenizer.json, the ``tokenizers`` library reads it as written: that file
+    defines what the ids mean. (transformers may substitute a model-specific class by
+    model_type, e.g. Qwen2Tokenizer for any qwen2 config, whose pre-tokenizer differs
+    from the file's.) Otherwise transformers' AutoTokenizer (hub ids, sentencepiece).
+    """
+    if (folder / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(folder / "tokenizer.json")).encode(
+            probe, add_special_tokens=False).ids
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder)).encode(probe, add_special_tokens=False)
+    except Exception as e:
+        if who == "target":
+            raise
+        raise DraftCompatibilityError(
+            f"cannot load the draft's tokenizer from {folder} ({type(e).__name__}: {e}). "
+            "Fix: copy the target's tokenizer files into the draft folder.") from None
 
 
 def check_draft_budget(draft_cfg: dict[str, Any], dtype: str, block_size: int,
