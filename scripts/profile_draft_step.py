@@ -38,6 +38,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--no-cprofile", action="store_true", help="wall-clock phase timers only "
+                    "(cProfile inflates Python-heavy paths)")
     ap.add_argument("--dtype", default="auto", help="engine dtype (auto: the checkpoint's, bf16)")
     ap.add_argument("--compile", action="store_true", help="vLLM's default compilation (no enforce_eager)")
     a = ap.parse_args()
@@ -76,6 +78,8 @@ def main() -> None:
         inner = prop.propose
 
         def propose(*args, **kw):
+            if a.no_cprofile:
+                return inner(*args, **kw)
             prof.enable()
             try:
                 return inner(*args, **kw)
@@ -94,6 +98,8 @@ def main() -> None:
         for key in sorted(acc, key=lambda x: (x.startswith("  "), x)):
             print(f"{key:28s} {1e3 * acc[key] / max(rounds, 1):8.3f} ms/round")
         print(f"{'draft forward (one pass)':28s} {1e3 * acc['  model forward + logits'] / max(forwards, 1):8.3f} ms")
+        if a.no_cprofile:
+            continue
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(18)
         print(s.getvalue())
