@@ -132,7 +132,6 @@ def load(target: Any, draft_path: str | Path, block_size: int, num_blocks: int,
     from vllm.model_executor.model_loader import get_model
     from vllm.v1.attention.backends.utils import record_kv_cache_layout
     from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups
-    from vllm.v1.kv_cache_interface import KVCacheLayout
     from vllm.v1.worker.utils import AttentionGroup, allocate_kv_cache, customize_attention_spec
 
     cfg = draft_vllm_config(target, draft_path, block_size, dtype)
@@ -142,11 +141,11 @@ def load(target: Any, draft_path: str | Path, block_size: int, num_blocks: int,
     names = list(layers)
     if not names:
         raise RuntimeError(f"draft {draft_path}: vLLM's model has no attention layers")
-    backends = {type(layers[n]).__name__: layers[n].get_attn_backend() for n in names}
-    backend = layers[names[0]].get_attn_backend()
-    if len({b for b in backends.values()}) != 1:
-        raise RuntimeError(f"draft layers use several attention backends {backends}; "
-                           "the plugin's draft supports one")
+    backends = {layers[n].get_attn_backend() for n in names}
+    if len(backends) != 1:
+        raise RuntimeError(f"draft layers use several attention backends "
+                           f"{sorted(b.get_name() for b in backends)}; the plugin's draft supports one")
+    backend = backends.pop()
     # The engine resolves the target's layout only after load_model: pick the
     # draft's from its own backend (the first layout it supports).
     layout = backend.supported_kv_cache_layouts()[0]
@@ -160,7 +159,7 @@ def load(target: Any, draft_path: str | Path, block_size: int, num_blocks: int,
             "uniform full attention.")
     per_block = groups[0].kv_cache_spec.page_size_bytes * len(names)
     kv_cfg = get_kv_cache_config_from_groups(cfg, groups, per_block * num_blocks)
-    kv = allocate_kv_cache(kv_cfg, device, KVCacheLayout[layout.name], [block_size])
+    kv = allocate_kv_cache(kv_cfg, device, layout, [block_size])
     for n in names:
         layers[n].bind_kv_cache(kv[n])
     group = AttentionGroup(backend, names, groups[0].kv_cache_spec, 0)

@@ -59,8 +59,7 @@ def run_round(kernels: DraftKernels, rows: Sequence, sampler: DraftSampler,
         return drafts, passes
 
     # --- decode passes: the first n rows (k > step) feed their last draft
-    lengths = seq_cpu[:n_draft].tolist()                    # committed length L per row (host)
-    lengths_cpu = seq_cpu[:n_draft].clone()
+    lengths_cpu = seq_cpu[:n_draft]                         # committed length L per row (host)
     positions = seq[:n_draft].long() - 1                    # advanced in place below
     seq_lens = seq[:n_draft].clone()
     arange = torch.arange(n_draft + 1, dtype=torch.int32)
@@ -74,7 +73,7 @@ def run_round(kernels: DraftKernels, rows: Sequence, sampler: DraftSampler,
         slot = _slots(table, None, p, bs, n)
         seq_host = lengths_cpu[:n] + step
         md = kernels.metadata(arange_dev[: n + 1], arange[: n + 1], s, seq_host, n, 1,
-                              max(lengths[:n]) + step, table[:n], slot, p)
+                              int(seq_host.max()), table[:n], slot, p)
         logits = kernels.forward(md, drafts[:n, step - 1].to(torch.int32), p, slot,
                                  arange_dev[:n].long())
         drafts[:n, step] = sampler.pick(logits, step, drafts)
