@@ -14,3 +14,7 @@ class SpecDecConfigError(SpecDecError):
 
 class DraftCompatibilityError(SpecDecError):
     """The draft model cannot serve this target (vocab, EOS, tokenizer, context)."""
+
+
+class UnsupportedFeatureError(SpecDecError):
+    """A vLLM feature this plugin cannot serve exactly (refused at start-up)."""

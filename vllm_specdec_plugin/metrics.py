@@ -22,7 +22,8 @@ _RATE_BUCKETS = tuple(i / 10 for i in range(1, 11))
 # Step latencies on CPU run from ~1 ms (draft, small batch) to seconds (large prefills).
 _SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
-NO_DRAFT_REASONS = ("pool_full", "length_guard", "adaptive", "load", "ngram_miss", "prefill_budget")
+NO_DRAFT_REASONS = ("pool_full", "length_guard", "adaptive", "load", "ngram_miss", "prefill_budget",
+                    "grammar_reasoning", "grammar_diverged")
 STEP_KINDS = ("verify", "plain")
 
 _families: dict | None = None  # one set of collectors per process (registries reject duplicates)

@@ -33,6 +33,7 @@ class Plan:
     prompt: list[int] = field(default_factory=list)
     output: list[int] = field(default_factory=list)
     drafts: list[int] = field(default_factory=list)
+    grammar: Any = None     # structured output: the request's grammar copy (masks drafts)
 
     @property
     def cached(self) -> int:

@@ -32,6 +32,7 @@ import torch
 from vllm_specdec_plugin import draft_probs
 from vllm_specdec_plugin.adaptive import AdaptiveConfig, AdaptiveK
 from vllm_specdec_plugin.compat import draft_model, rejection_adapter, runner_hooks
+from vllm_specdec_plugin.compat.draft_grammar import DraftGrammars, is_structured
 from vllm_specdec_plugin.config import SpecDecConfig, from_vllm_config, resolve_dtype
 from vllm_specdec_plugin.draft.checks import (check_draft_budget, check_draft_compatible,
                                               resolve_draft_path)
@@ -42,6 +43,7 @@ from vllm_specdec_plugin.metrics import ProposerMetrics
 from vllm_specdec_plugin.planning import Plan, Planner
 from vllm_specdec_plugin.request_state import RequestState, roll_back
 from vllm_specdec_plugin.sampling.pipeline import SamplingSpec
+from vllm_specdec_plugin.startup_checks import check_features
 from vllm_specdec_plugin.stats import ProposerStats, RequestAcceptance
 
 # A child of "vllm" so records reach the handler vLLM configures (same format, same level).
@@ -56,6 +58,7 @@ class DraftModelProposer:
     def __init__(self, vllm_config: Any):
         self.vllm_config = vllm_config
         self.config: SpecDecConfig = from_vllm_config(vllm_config)
+        check_features(vllm_config)  # engines built without our config wrapper
         self.k = self.config.num_speculative_tokens
         mc = vllm_config.model_config
         self.max_model_len = int(mc.max_model_len)
@@ -87,6 +90,7 @@ class DraftModelProposer:
         self.device = torch.device("cpu")
         self.runner: Any = None
         self.requests: dict[str, RequestState] = {}
+        self.grammars = DraftGrammars(vllm_config)  # structured output: masks the drafts
         self.stats = ProposerStats()
         self.draft_seconds = 0.0   # wall time spent in draft rounds (for c')
         self.draft_forwards = 0
@@ -168,6 +172,7 @@ class DraftModelProposer:
                 self.metrics.request_finished(req.acceptance.drafted, req.acceptance.accepted)
                 for c in self.controllers.values():
                     c.forget(rid)
+                self.grammars.forget(rid)
         for rid in runner_hooks.preempted_req_ids(scheduler_output):
             req = self.requests.get(rid)
             if req is not None:  # resumed later: re-prefilled lazily
@@ -213,7 +218,7 @@ class DraftModelProposer:
         for row in rows:
             plan = self.planner.plan(row, req_ids[row], self.requests[req_ids[row]],
                                      int(num_tokens_no_spec[row]), token_ids_cpu[row], choices)
-            if plan is None:
+            if plan is None or not self._constrain(plan, token_ids_cpu):
                 continue
             (ngram_plans if plan.drafts else model_plans).append(plan)
         for plan in ngram_plans:  # n-gram drafts: ready, point masses
@@ -236,6 +241,26 @@ class DraftModelProposer:
             self.metrics.kv_blocks(self.allocator.num_used, self.allocator.num_blocks)
         return out
 
+    def _constrain(self, plan: Plan, token_ids_cpu: np.ndarray) -> bool:
+        """Give a structured request's model plan its grammar copy (the drafts are then
+        masked exactly as the target is); False when that copy is not usable yet.
+
+        n-gram drafts need none: they are a function of the committed tokens, so the
+        scheduler's grammar cut does not depend on a random draft (still exact).
+        """
+        if plan.drafts:
+            return True
+        sp = runner_hooks.sampling_params(self.runner, plan.req_id)
+        if not is_structured(sp):
+            return True
+        plan.grammar, reason = self.grammars.ready(
+            plan.req_id, sp, token_ids_cpu[plan.row], plan.length,
+            runner_hooks.prompt_len(self.runner, plan.row))
+        if plan.grammar is None:
+            self._no_draft(reason)
+            return False
+        return True
+
     def _draft(self, plans: list[Plan], token_ids_cpu: np.ndarray) -> DraftSampler:
         """Run one round over ``plans`` (sorted by k desc) and book its results."""
         t0 = time.perf_counter()
@@ -244,16 +269,18 @@ class DraftModelProposer:
                 self._sampling_inputs(p, token_ids_cpu[p.row])
         sampler = DraftSampler([p.spec for p in plans], [p.prompt for p in plans],
                                [p.output for p in plans], [p.req.generator for p in plans],
-                               max(p.k for p in plans), self.vocab_size, self.device)
+                               max(p.k for p in plans), self.vocab_size, self.device,
+                               masks=self.grammars.round_masks([p.grammar for p in plans]))
         drafts, passes = run_round(self.kernels, plans, sampler, self.device)
         drafts = drafts.tolist()  # the round's one device -> host copy
+        limits = sampler.masks.finish() if sampler.masks else [None] * len(plans)
         fed = sum(len(p.new_tokens) for p in plans)
         self.stats.max_round_prefill = max(self.stats.max_round_prefill, fed)
         for i, p in enumerate(plans):
             self.stats.prefill_tokens += len(p.new_tokens)
             p.req.tokens.extend(p.new_tokens)
-            if p.k > 0:
-                p.drafts = drafts[i][: p.k]
+            if p.k > 0:  # a grammar that ended stops its row's drafts early
+                p.drafts = drafts[i][: p.k if limits[i] is None else min(p.k, limits[i])]
                 p.req.tokens.extend(p.drafts[:-1])  # d_k's KV is never computed
             p.req.table.num_tokens = len(p.req.tokens)
         dt = time.perf_counter() - t0

@@ -17,11 +17,16 @@ from vllm_specdec_plugin.config import (CONFIG_KEY, SpecDecConfig, from_vllm_con
                                         resolve_dtype, selects_plugin)
 from vllm_specdec_plugin.draft.checks import (check_draft_budget, check_draft_compatible,
                                               resolve_draft_path)
+from vllm_specdec_plugin.errors import UnsupportedFeatureError
+
+# vLLM's entry-point group for installed logits-processor plugins.
+LOGITS_PROCESSOR_GROUP = "vllm.logits_processors"
 
 
 def check_vllm_config(vllm_config: Any) -> SpecDecConfig:
     """Raise a SpecDecError subclass unless the plugin can serve this configuration."""
     config = from_vllm_config(vllm_config)
+    check_features(vllm_config)
     if config.method == "ngram":
         return config
     mc = vllm_config.model_config
@@ -49,3 +54,47 @@ def check_engine_args(speculative_config: Any, additional_config: Any) -> SpecDe
              .get("model_loader_extra_config") or {}).get(CONFIG_KEY)
     additional = (additional_config or {}).get(CONFIG_KEY) if isinstance(additional_config, dict) else None
     return merge_sources(k, additional, extra)
+
+
+def check_features(vllm_config: Any) -> None:
+    """Refuse the vLLM features speculation with this plugin cannot serve exactly.
+
+    Each message says why and names the fix (README, "Request features").
+    """
+    pc = vllm_config.parallel_config
+    scale = ("Fix: serve with --tensor-parallel-size 1 --pipeline-parallel-size 1 and scale "
+             "out with one replica per device (deploy/ray), or serve without the plugin.")
+    if int(getattr(pc, "tensor_parallel_size", 1) or 1) > 1:
+        raise UnsupportedFeatureError(
+            "tensor parallelism is not supported with the specdec plugin: every rank would "
+            f"load the whole draft and its KV pool, unsharded. {scale}")
+    if int(getattr(pc, "pipeline_parallel_size", 1) or 1) > 1:
+        raise UnsupportedFeatureError(
+            "pipeline parallelism is not supported with the specdec plugin: the proposer "
+            f"runs beside the first stage but needs the last stage's tokens. {scale}")
+    if int(getattr(pc, "data_parallel_size", 1) or 1) > 1:
+        raise UnsupportedFeatureError(
+            "data parallelism (--data-parallel-size > 1) is not supported with the specdec "
+            "plugin (untested). Fix: run one server per replica behind a router "
+            "(deploy/ray does this), or serve without the plugin.")
+    if getattr(vllm_config, "lora_config", None) is not None:
+        raise UnsupportedFeatureError(
+            "LoRA adapters are not supported with the specdec plugin: the draft has no "
+            "adapter and the combination is untested. Fix: serve without --enable-lora, or "
+            "merge the adapter into the target's weights.")
+    procs = [str(x) for x in (getattr(vllm_config.model_config, "logits_processors", None) or ())]
+    procs += [ep.value for ep in _installed_logits_processors()]
+    if procs:
+        raise UnsupportedFeatureError(
+            f"custom logits processors ({', '.join(procs)}) are not supported with the specdec "
+            "plugin: on a speculative step each would have to run once per draft position "
+            "with that position's history, which their API cannot express, so the output "
+            "would no longer be the target's. Fix: serve without --logits-processors (and "
+            f"uninstall packages registering '{LOGITS_PROCESSOR_GROUP}' entry points), or "
+            "serve without the plugin.")
+
+
+def _installed_logits_processors() -> list[Any]:
+    from importlib.metadata import entry_points
+
+    return list(entry_points(group=LOGITS_PROCESSOR_GROUP))

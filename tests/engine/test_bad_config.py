@@ -93,6 +93,13 @@ def _cases(ci_pair, d):
         "bad_prefill_budget": (P(draft_prefill_budget=0), "draft_prefill_budget must be a whole number"),
         "options_not_an_object": ({**P(), "draft_load_config": {"model_loader_extra_config": {"specdec": "fast"}}},
                                   "must be a JSON object"),
+        # Refused vLLM features: (spec, text, extra engine arguments)
+        "tensor_parallel": (P(), "tensor parallelism is not supported", {"tensor_parallel_size": 2}),
+        "pipeline_parallel": (P(), "pipeline parallelism is not supported", {"pipeline_parallel_size": 2}),
+        "data_parallel": (P(), "data parallelism", {"data_parallel_size": 2}),
+        "lora": (P(), "LoRA adapters are not supported", {"enable_lora": True}),
+        "logits_processors": (P(), "custom logits processors (my_pkg.procs.Boost) are not supported",
+                              {"logits_processors": ["my_pkg.procs.Boost"]}),
     }
 
 
@@ -100,8 +107,9 @@ def _cases(ci_pair, d):
 def probe(ci_pair, drafts):
     cases = _cases(ci_pair, drafts)
     spec = [{"name": n, "engine": {"model": str(ci_pair.target), "max_model_len": MAX_LEN,
-                                    "dtype": "float32", "enforce_eager": True, "speculative_config": s}}
-            for n, (s, _) in cases.items()]
+                                    "dtype": "float32", "enforce_eager": True, "speculative_config": c[0],
+                                    **(c[2] if len(c) > 2 else {})}}
+            for n, c in cases.items()]
     with tempfile.TemporaryDirectory() as t:
         cp, op = Path(t, "cases.json"), Path(t, "out.json")
         cp.write_text(json.dumps(spec))
@@ -115,7 +123,8 @@ CASE_NAMES = ["missing_path", "path_is_a_file", "no_config_json", "vocab_mismatc
               "tokenizer_mismatch", "not_a_causal_lm_draft", "short_draft_context", "k_zero", "k_negative",
               "k_too_large", "unknown_option", "budget_below_one_request", "malformed_yaml",
               "yaml_not_a_mapping", "preset_missing", "bad_method", "bad_block_size", "bad_dtype",
-              "bad_prefill_budget", "options_not_an_object"]
+              "bad_prefill_budget", "options_not_an_object", "tensor_parallel", "pipeline_parallel",
+              "data_parallel", "lora", "logits_processors"]
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)

@@ -146,8 +146,6 @@ def _pool_mib_for_blocks(draft: Path, blocks: int, block_size: int = 16) -> floa
     return blocks * per_block / 2**20
 
 
-# The fixture tokenizer has no chat template; the chat call needs one.
-CHAT = ["--chat-template", "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"]
 
 
 def test_dashboard_and_rules_against_a_real_prometheus(ci_pair, tmp_path):
@@ -157,9 +155,9 @@ def test_dashboard_and_rules_against_a_real_prometheus(ci_pair, tmp_path):
     mib = _pool_mib_for_blocks(ci_pair.draft, 9)
     draft_srv = Server(ci_pair.target, plugin_spec(ci_pair.draft, 3, draft_kv_cache_mib=mib),
                        log=tmp_path / "serve-draft.log", name="fixture",
-                       extra_args=CHAT + ["--max-model-len", "128"])
+                       extra_args=["--max-model-len", "128"])
     ngram_srv = Server(ci_pair.target, plugin_spec(ci_pair.draft, 3, method="ngram"),
-                       log=tmp_path / "serve-ngram.log", name="fixture-ngram", extra_args=CHAT)
+                       log=tmp_path / "serve-ngram.log", name="fixture-ngram")
     prom = None
     try:
         draft_srv.wait_ready()

@@ -1,5 +1,6 @@
-"""`vllm serve` (our launcher) with the plugin answers /v1/completions and /metrics,
-and register() ran in the API-server and engine-core processes."""
+"""`vllm serve` (our launcher) with the plugin answers /v1/completions, chat (the
+fixtures carry a chat template) and structured chat (OpenAI ``response_format``), and
+/metrics; register() ran in the API-server and engine-core processes."""
 
 import json
 
@@ -17,6 +18,22 @@ def test_vllm_serve_with_plugin(ci_pair, tmp_path):
                                          "temperature": 0})
         assert r["choices"][0]["text"], r
         assert r["usage"]["completion_tokens"] == 24
+        chat = srv.post("/v1/chat/completions", {"model": "fixture", "max_tokens": 16, "temperature": 0,
+                                                 "messages": [{"role": "user", "content": "def main("}]})
+        choice = chat["choices"][0]
+        assert choice["message"]["content"] and chat["usage"]["completion_tokens"] == 16, chat
+        assert choice["speculative_decoding"]["num_draft_tokens"] > 0, choice
+        schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+                  "additionalProperties": False}
+        structured = srv.post("/v1/chat/completions", {
+            "model": "fixture", "max_tokens": 48, "temperature": 0.8, "seed": 1,
+            "messages": [{"role": "user", "content": "give a"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}})
+        choice = structured["choices"][0]
+        if choice["finish_reason"] == "stop":  # a tiny model may run out of tokens mid-number
+            assert isinstance(json.loads(choice["message"]["content"])["a"], int), choice
+        assert choice["message"]["content"].startswith("{"), choice
+        assert "speculative_decoding" in choice, choice
         metrics = srv.get("/metrics")
         assert "vllm:spec_decode_num_draft_tokens_total" in metrics
         drafted = [l for l in metrics.splitlines()

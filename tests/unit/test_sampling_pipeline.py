@@ -292,7 +292,8 @@ def test_from_sampling_params_duck_types():
 
 
 def test_matches_vllm_sampler_bit_for_bit():
-    """The full chain equals vLLM 0.32's `Sampler` (CPU path), ties included.
+    """The full chain equals vLLM 0.32's `Sampler` (CPU path), ties included, for
+    float32 and bf16 model logits; penalties go through vLLM's own op on both sides.
 
     Runs vLLM's own `Sampler.apply_logits_processors` and `Sampler.sample` with its
     logit-bias and min-p processors; the final top-k/top-p sampler is swapped for a
@@ -376,9 +377,12 @@ def test_matches_vllm_sampler_bit_for_bit():
 
     sampler.topk_topp_sampler.forward = probe
 
+    # bf16: a bf16 model's logits, widened to float32 as vLLM's Sampler.forward and
+    # our rejection sampler both do first (penalties then run on float32 in both).
     for name, logits in [
         ("continuous", torch.randn(batch, vocab, generator=gen) * 3),
         ("tied", torch.randint(-3, 4, (batch, vocab), generator=gen).float()),
+        ("bf16", (torch.randn(batch, vocab, generator=gen) * 3).bfloat16().float()),
     ]:
         processed = sampler.apply_logits_processors(logits.clone(), metadata, False)
         sampled, _ = sampler.sample(processed, metadata)

@@ -21,12 +21,15 @@ class DraftSampler:
     prompts / outputs: per row, the request's prompt and output token ids (used
       only for sampled rows: penalties see output + drafts so far).
     generators: per row, a CPU torch.Generator for seeded requests, else None.
+    masks: optional; ``masks.apply(logits, pos, drafts)`` masks the logits of pass
+      ``pos`` in place before the drafts are chosen (structured-output rows).
     """
 
     def __init__(self, specs: Sequence[Any], prompts: Sequence[Sequence[int]],
                  outputs: Sequence[Sequence[int]], generators: Sequence[Any],
-                 k_max: int, vocab_size: int, device: torch.device):
+                 k_max: int, vocab_size: int, device: torch.device, masks: Any = None):
         self.device = device
+        self.masks = masks
         self.sampled = [i for i, s in enumerate(specs) if s is not None]
         self.q: torch.Tensor | None = None
         if not self.sampled:
@@ -41,6 +44,8 @@ class DraftSampler:
     def pick(self, logits: torch.Tensor, pos: int, drafts: torch.Tensor) -> torch.Tensor:
         """Draft ``pos`` of the first ``len(logits)`` rows. logits [n, V] float32;
         drafts [B, k_max] int64 holds the earlier drafts. Returns [n] int64."""
+        if self.masks is not None:
+            self.masks.apply(logits, pos, drafts)
         tokens = logits.argmax(-1)
         n = logits.shape[0]
         active = [j for j, i in enumerate(self.sampled) if i < n]

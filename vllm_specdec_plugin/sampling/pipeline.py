@@ -13,10 +13,12 @@ Order of operations (mirrors vLLM 0.32 `v1/sample/sampler.py`, `Sampler.forward`
 1. logits -> float32 (`Sampler.forward`).
 2. logit_bias, a non-argmax-invariant logits processor
    (`v1/sample/logits_processor/builtin.py`, `LogitBiasLogitsProcessor.apply`).
-3. penalties (`v1/sample/ops/penalties.py` `apply_all_penalties` ->
-   `model_executor/layers/utils.py` `apply_penalties`):
+3. penalties: we call vLLM's own `model_executor/layers/utils.py` `apply_penalties`
+   (what `v1/sample/ops/penalties.py` `apply_all_penalties` calls), so p on a
+   speculative step is bit-identical to a plain step's on every platform (on CUDA
+   the repetition penalty is a custom kernel, `_custom_ops.apply_repetition_penalties`):
    a) repetition: tokens seen in prompt OR output; positive logits are divided by the
-      penalty, the others multiplied (`_custom_ops.apply_repetition_penalties_torch`);
+      penalty, the others multiplied;
    b) frequency: `logits -= frequency_penalty * count_in_output`;
    c) presence: `logits -= presence_penalty * (count_in_output > 0)`.
    Frequency and presence look at output tokens only, never the prompt.
@@ -170,9 +172,8 @@ def target_probs(
     num_rows, vocab_size = logits.shape
     _check_batch(specs, num_rows)
     device = logits.device
-    prompt_counts = _history_counts(prompt_token_ids, num_rows, vocab_size, device)
-    output_counts = _history_counts(output_token_ids, num_rows, vocab_size, device)
-    return _probs_from_counts(logits, specs, prompt_counts > 0, output_counts)
+    return _probs(logits, specs, _pad_histories(prompt_token_ids, num_rows, vocab_size, device),
+                  _pad_histories(output_token_ids, num_rows, vocab_size, device))
 
 
 def position_probs(
@@ -196,27 +197,23 @@ def position_probs(
     num_rows, num_pos, vocab_size = logits.shape
     _check_batch(specs, num_rows)
     device = logits.device
-    prompt_mask = _history_counts(prompt_token_ids, num_rows, vocab_size, device) > 0
-    output_counts = _history_counts(output_token_ids, num_rows, vocab_size, device)
+    prompt = _pad_histories(prompt_token_ids, num_rows, vocab_size, device)   # [B, Lp]
+    output = _pad_histories(output_token_ids, num_rows, vocab_size, device)   # [B, Lo]
 
-    # Draft counts entering position j: one-hot of drafts[:j], i.e. an exclusive
-    # cumulative sum over the draft axis. [B, P, V]
-    drafts = _pad_histories(draft_token_ids, num_rows, vocab_size, device)  # [B, K]
-    drafts = drafts[:, : max(num_pos - 1, 0)]
-    onehot = torch.zeros(
-        num_rows, num_pos, vocab_size + 1, dtype=torch.long, device=device
-    )
-    if drafts.shape[1] > 0:
-        onehot[:, 1 : drafts.shape[1] + 1].scatter_(2, drafts.unsqueeze(-1), 1)
-    draft_counts = onehot.cumsum(dim=1)[..., :vocab_size]
-    counts = output_counts.unsqueeze(1) + draft_counts  # [B, P, V]
+    # Position j's output history: output + drafts[:j], the rest padding. [B, P, Lo + K']
+    drafts = _pad_histories(draft_token_ids, num_rows, vocab_size, device)
+    drafts = drafts[:, : max(num_pos - 1, 0)]                                 # [B, K']
+    seen = (torch.arange(drafts.shape[1], device=device).unsqueeze(0)
+            < torch.arange(num_pos, device=device).unsqueeze(1))               # [P, K']
+    prefix = torch.where(seen, drafts.unsqueeze(1), vocab_size)
+    history = torch.cat([output.unsqueeze(1).expand(-1, num_pos, -1), prefix], dim=2)
 
     flat_specs = [s for s in specs for _ in range(num_pos)]
-    probs = _probs_from_counts(
+    probs = _probs(
         logits.reshape(num_rows * num_pos, vocab_size),
         flat_specs,
-        prompt_mask.repeat_interleave(num_pos, dim=0),
-        counts.reshape(num_rows * num_pos, vocab_size),
+        prompt.repeat_interleave(num_pos, dim=0),
+        history.reshape(num_rows * num_pos, -1),
     )
     return probs.view(num_rows, num_pos, vocab_size)
 
@@ -249,21 +246,11 @@ def _pad_histories(
     return tokens.masked_fill((tokens < 0) | (tokens >= vocab_size), vocab_size)
 
 
-def _history_counts(
-    histories: Histories, num_rows: int, vocab_size: int, device: torch.device
-) -> torch.Tensor:
-    """Occurrences of each token per row: [B, V] int64 (`get_token_bin_counts_and_mask`)."""
-    tokens = _pad_histories(histories, num_rows, vocab_size, device)
-    counts = torch.zeros(num_rows, vocab_size + 1, dtype=torch.long, device=device)
-    counts.scatter_add_(1, tokens, torch.ones_like(tokens))
-    return counts[:, :vocab_size]
-
-
-def _probs_from_counts(
+def _probs(
     logits: torch.Tensor,  # [N, V] float
     specs: Sequence[SamplingSpec],  # [N]
-    prompt_mask: torch.Tensor,  # [N, V] bool, token occurs in the prompt
-    output_counts: torch.Tensor,  # [N, V] int64, occurrences in the output history
+    prompt_tokens: torch.Tensor,  # [N, Lp] int64, padding = V
+    output_tokens: torch.Tensor,  # [N, Lo] int64, padding = V
 ) -> torch.Tensor:
     num_rows, vocab_size = logits.shape
     device = logits.device
@@ -287,19 +274,15 @@ def _probs_from_counts(
             index, torch.tensor(vals, dtype=torch.float32, device=device), accumulate=True
         )
 
-    # 3. penalties. Skipping a no-op penalty is bit-identical to applying it
-    # (x * 1.0, x - 0.0), so only rows' parameters matter, not the batch's.
+    # 3. penalties, by vLLM's own op. Like vLLM's Sampler we skip it when no row has
+    # one; a no-op penalty on a row is bit-identical to none (x * 1.0, x - 0.0).
     rep = _row_tensor(specs, "repetition_penalty", device)
     freq = _row_tensor(specs, "frequency_penalty", device)
     pres = _row_tensor(specs, "presence_penalty", device)
-    output_mask = output_counts > 0
-    if bool((rep != 1.0).any()):
-        penalties = torch.where(prompt_mask | output_mask, rep.unsqueeze(1), 1.0)
-        logits *= torch.where(logits > 0, 1.0 / penalties, penalties)
-    if bool((freq != 0.0).any()):
-        logits -= freq.unsqueeze(1) * output_counts
-    if bool((pres != 0.0).any()):
-        logits -= pres.unsqueeze(1) * output_mask
+    if bool((rep != 1.0).any() | (freq != 0.0).any() | (pres != 0.0).any()):
+        from vllm.model_executor.layers.utils import apply_penalties
+
+        apply_penalties(logits, prompt_tokens, output_tokens, pres, freq, rep)
 
     greedy = torch.tensor([s.is_greedy for s in specs], dtype=torch.bool, device=device)
     probs = torch.empty_like(logits)

@@ -64,9 +64,14 @@ def _metrics(llm) -> dict:
 
 
 def _from_json(params: dict) -> dict:
-    """JSON object keys are strings; logit_bias wants token ids."""
+    """JSON object keys are strings; logit_bias wants token ids. A
+    ``structured_outputs`` dict becomes vLLM's StructuredOutputsParams."""
     if params.get("logit_bias"):
         params = {**params, "logit_bias": {int(t): b for t, b in params["logit_bias"].items()}}
+    if isinstance(params.get("structured_outputs"), dict):
+        from vllm.sampling_params import StructuredOutputsParams
+
+        params = {**params, "structured_outputs": StructuredOutputsParams(**params["structured_outputs"])}
     return params
 
 
