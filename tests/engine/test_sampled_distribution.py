@@ -43,6 +43,10 @@ def _configs(tok):
         "penalties": ("k1", {**base, "temperature": 1.0, "repetition_penalty": 1.5,
                              "presence_penalty": 0.5, "frequency_penalty": 0.5}),
         "logit_bias": ("k3", {**base, "temperature": 1.0, "logit_bias": bias}),
+        # Hard constraints at every draft position: an allowed set (ids 200-319) and
+        # bad words ("self" and " self" are ids 281 and 291, inside the allowed set).
+        "constraints": ("k3", {**base, "temperature": 1.0, "allowed_token_ids": list(range(200, 320)),
+                               "bad_words": ["self", " The", "Error"]}),
         "mixed": ("k3", "mixed"),
         "ngram": ("ngram", {**base, "temperature": 1.0}, REPEAT_PROMPT),
         "hybrid_adaptive": ("hybrid-adaptive", "mixed", REPEAT_PROMPT),
@@ -94,7 +98,7 @@ def runs(ci_pair, tokenizer):
 
 
 @pytest.mark.parametrize("name", ["t0.7", "t1.0", "t1.5", "top_k", "top_p", "min_p", "penalties",
-                                  "logit_bias", "mixed", "ngram", "hybrid_adaptive"])
+                                  "logit_bias", "constraints", "mixed", "ngram", "hybrid_adaptive"])
 def test_sampled_distribution_matches_no_speculation(runs, name):
     from vllm_specdec_plugin.testing.two_sample import two_sample_chi2
 

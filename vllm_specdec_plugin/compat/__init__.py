@@ -19,6 +19,7 @@ when to Remove it. Nothing outside this package imports private vLLM modules.
 | standalone      | a VllmConfig + process state to drive the proposer without an engine (tests) |
 | sampling_params | SamplingParams._bad_words_token_ids                        |
 | ray_session     | Ray's session folder (ray._private) for the Ray metrics bridge |
+| draft_grammar   | a worker-side StructuredOutputManager: masks structured requests' drafts |
 
 Patches that change engine behaviour are installed only when our proposer is
 constructed (that is, only when the user configured it); see ``runner_hooks.install``.
