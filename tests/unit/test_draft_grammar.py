@@ -77,6 +77,7 @@ def _run(setup, masked: bool) -> torch.Tensor:
 def test_unmasked_drafts_are_cut_and_the_output_is_biased(setup):
     counts = _run(setup, masked=False)
     freq = counts.float() / TRIALS
+    print(f"unmasked: A, B, C frequencies {freq.tolist()}")   # shown with -s
     assert counts[2] == 0
     assert abs(freq[0] - 0.25) < 0.03 and abs(freq[1] - 0.75) < 0.03, freq
 
@@ -85,6 +86,7 @@ def test_masked_drafts_are_never_cut_and_the_output_is_p(setup):
     from scipy.stats import chisquare
 
     counts = _run(setup, masked=True)
+    print(f"masked: A, B, C frequencies {(counts.float() / TRIALS).tolist()}")
     assert counts[2] == 0
     assert chisquare(counts[:2].tolist(), [TRIALS / 2, TRIALS / 2]).pvalue > 1e-3, counts
 

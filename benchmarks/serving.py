@@ -1,0 +1,293 @@
+"""Online serving benchmark: real ``vllm serve`` processes, load from ``vllm bench serve``.
+
+``python -m benchmarks.serving [--smoke] [--pair bench] [--configs ...] [--out DIR]``
+
+Every configuration (``configs.TABLE`` names: ``nospec``, ``draft_model-k4``,
+``ngram-k4``, ``plugin-k4``, ``plugin-hybrid-adaptive-k8``, ...) is one ``vllm serve``
+process, started with the settings users get (torch.compile on unless ``--eager``)
+and with ``VLLM_PLUGINS`` loading our plugin only where it is the method under test.
+The load generator is vLLM's own ``vllm bench serve``: closed-loop fixed concurrencies
+(``--max-concurrency``) and open-loop Poisson rates (``--request-rate``), on two
+workloads: the shipped mixed prompts through ``/v1/completions`` and the same prompts
+as chat through ``/v1/chat/completions``.
+
+Schedule: all servers of the run are started and warmed first; then for each
+repetition, every (workload, load) cell in a shuffled order, every server in a
+shuffled order, so a configuration and its baseline are measured minutes apart. Only
+one server has load at any moment; the others idle. The CPU used by anything else
+during a cell is recorded (``foreign_cpus``) and cells above 0.25 CPUs are flagged.
+
+Writes ``serving.json`` (one cell per run of ``vllm bench serve``: vLLM's own result
+keys, tagged with config, workload, max_concurrency or request_rate, repetition),
+``serving.md`` and plots (``serving_report.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks import machine, serving_report
+from benchmarks.configs import BenchConfig, expand, select
+from benchmarks.workloads import load_prompt_set
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+              "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+# vLLM's result keys kept per cell (the per-request lists are dropped).
+DROP_KEYS = ("ttfts", "itls", "input_lens", "output_lens", "generated_texts", "errors",
+             "start_times")
+WORKLOADS = {"mixed": ("openai", "/v1/completions"), "chat": ("openai-chat", "/v1/chat/completions")}
+FULL = dict(configs=["draft_model-k4", "ngram-k4", "plugin-k4", "plugin-hybrid-adaptive-k8"],
+            concurrency=[1, 2, 4, 8, 16, 32, 64], rates=[0.5, 1, 2, 4, 8], reps=2, output_len=64)
+SMOKE = dict(configs=["plugin-hybrid-adaptive-k8"], concurrency=[1, 2], rates=[4.0], reps=1,
+             output_len=16)
+CONTENDED_CPUS = 0.25
+
+
+@dataclass
+class Load:
+    """One load point: a fixed concurrency (closed loop) or a Poisson rate (req/s)."""
+
+    kind: str        # "max_concurrency" | "request_rate"
+    value: float
+
+    def args(self) -> list[str]:
+        if self.kind == "max_concurrency":
+            return ["--max-concurrency", str(int(self.value))]
+        return ["--request-rate", str(self.value)]
+
+    def num_prompts(self, per_load: int) -> int:
+        """Enough requests to reach steady state at this load (at least ``per_load``)."""
+        return max(per_load, 4 * int(self.value)) if self.kind == "max_concurrency" \
+            else max(per_load, int(round(8 * self.value)))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One ``vllm serve`` process for one configuration."""
+
+    def __init__(self, config: BenchConfig, target: str, draft: str | None, args: argparse.Namespace,
+                 log: Path):
+        self.config, self.port = config, _free_port()
+        self.name = config.name
+        cmd = [str(BIN / "vllm"), "serve", target, "--host", "127.0.0.1", "--port", str(self.port),
+               "--served-model-name", self.name, "--max-model-len", str(args.max_model_len),
+               "--dtype", args.dtype, "--seed", "0"]
+        if args.eager:
+            cmd.append("--enforce-eager")
+        spec = config.speculative_config(draft)
+        if spec is not None:
+            cmd += ["--speculative-config", json.dumps(spec)]
+        env = {**os.environ, **SERVER_ENV, "VLLM_PLUGINS": config.vllm_plugins}
+        self.log = open(log, "w")
+        self.cmd = cmd
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def pids(self) -> set[int]:
+        """The server's process tree (API server, engine core), for the foreign-load meter."""
+        out, todo = set(), [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            out.add(pid)
+            try:
+                for t in Path(f"/proc/{pid}/task").iterdir():
+                    children = (t / "children").read_text().split()
+                    todo += [int(c) for c in children if int(c) not in out]
+            except OSError:
+                pass
+        return out
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name}: vllm serve exited {self.proc.returncode} "
+                                   f"(log: {self.log.name})")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(2)
+        raise TimeoutError(f"{self.name}: not healthy after {timeout:.0f} s (log: {self.log.name})")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+
+def write_dataset(path: Path) -> int:
+    """The mixed prompt set as vLLM's ``custom`` dataset (JSONL, one "prompt" per line)."""
+    prompts = load_prompt_set("mixed")
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    return len(prompts)
+
+
+def bench(server: Server, workload: str, load: Load, num_prompts: int, args: argparse.Namespace,
+          dataset: Path, result: Path, tokenizer: str) -> dict:
+    """One ``vllm bench serve`` run against ``server``; returns vLLM's result dict."""
+    backend, endpoint = WORKLOADS[workload]
+    cmd = [str(BIN / "vllm"), "bench", "serve", "--backend", backend, "--endpoint", endpoint,
+           "--base-url", f"http://127.0.0.1:{server.port}", "--model", server.name,
+           "--tokenizer", tokenizer, "--dataset-name", "custom", "--dataset-path", str(dataset),
+           # raw prompts: /v1/completions takes them as they are, and the chat endpoint
+           # applies the server's template itself (the client must not apply it too)
+           "--skip-chat-template",
+           "--custom-output-len", str(args.output_len), "--num-prompts", str(num_prompts),
+           "--temperature", str(args.temperature), "--ignore-eos", "--seed", str(args.seed),
+           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+           "--save-result", "--result-dir", str(result.parent), "--result-filename", result.name,
+           *load.args()]
+    env = {**os.environ, **SERVER_ENV, "VLLM_PLUGINS": ""}   # the client loads no plugin
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.cell_timeout)
+    if p.returncode != 0 or not result.exists():
+        raise RuntimeError(f"vllm bench serve failed ({p.returncode}) for {server.name} "
+                           f"{workload} {load}:\n{(p.stdout + p.stderr)[-3000:]}")
+    out = json.loads(result.read_text())
+    cell = {k: v for k, v in out.items() if k not in DROP_KEYS}
+    # vLLM writes both load keys ("inf" / None for the unused one); a cell carries only
+    # the one it was measured at (set by the caller), vLLM's values kept under client_.
+    for key in ("request_rate", "max_concurrency"):
+        cell[f"client_{key}"] = cell.pop(key, None)
+    return cell
+
+
+def run(args: argparse.Namespace) -> dict:
+    from vllm_specdec_plugin.fixtures import ensure_pair
+
+    pair = ensure_pair(args.pair)
+    target, draft = str(pair.target), str(pair.draft)
+    configs = select(expand(), args.configs)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    dataset = out / "mixed.jsonl"
+    per_load = min(args.num_prompts, write_dataset(dataset) * 8)
+    loads = [Load("max_concurrency", c) for c in args.concurrency] + \
+            [Load("request_rate", r) for r in args.rates]
+    meter = machine.ForeignLoad()
+    servers: list[Server] = []
+    res: dict = {"meta": {"started": dt.datetime.now().isoformat(timespec="seconds"),
+                          "pair": args.pair, "target": target, "draft": draft,
+                          "args": {k: (str(v) if isinstance(v, Path) else v)
+                                   for k, v in vars(args).items()},
+                          "machine": machine.machine_info(), "git": machine.git_info(),
+                          "versions": machine.versions()},
+                 "cells": []}
+    try:
+        for c in configs:   # started one at a time: CPU compiles are slow when they overlap
+            s = Server(c, target, draft, args, out / f"serve-{c.name}.log")
+            servers.append(s)
+            s.wait_ready(args.start_timeout)
+            print(f"[serving] {c.name} ready on port {s.port}", flush=True)
+        for s in servers:
+            meter.mine |= s.pids()
+            # Warm-up at concurrency 1 (first requests pay one-time costs); not recorded.
+            bench(s, "mixed", Load("max_concurrency", 1), 2, args, dataset, out / "warmup.json",
+                  target)
+        rng = random.Random(args.seed)
+        cells = [(w, ld) for w in args.workloads for ld in loads]
+        for rep in range(args.reps):
+            rng.shuffle(cells)
+            for workload, load in cells:
+                order = list(servers)
+                rng.shuffle(order)
+                for s in order:
+                    meter.wait_quiet(args.wait_quiet_s)
+                    mark = meter.start()
+                    cell = bench(s, workload, load, load.num_prompts(per_load), args, dataset,
+                                 out / "last.json", target)
+                    foreign = meter.cpu_share(mark)
+                    cell.update({"config": s.name, "workload": workload, load.kind: load.value,
+                                 "repetition": rep, "foreign_cpus": round(foreign, 3),
+                                 "contended": foreign > CONTENDED_CPUS})
+                    res["cells"].append(cell)
+                    print(f"[serving] rep {rep} {workload} {load.kind}={load.value} {s.name}: "
+                          f"{cell.get('output_throughput', 0):.1f} tok/s, TPOT p50 "
+                          f"{cell.get('median_tpot_ms', 0):.1f} ms", flush=True)
+                    (out / "serving.json").write_text(json.dumps(res, indent=1))
+    finally:
+        for s in servers:
+            s.stop()
+        for f in ("last.json", "warmup.json"):
+            (out / f).unlink(missing_ok=True)
+    res["meta"]["finished"] = dt.datetime.now().isoformat(timespec="seconds")
+    (out / "serving.json").write_text(json.dumps(res, indent=1))
+    serving_report.write_all(res, out)
+    return res
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI harness check: ci pair, eager, 2 configs, 2 concurrencies, 1 rate, 1 rep")
+    ap.add_argument("--pair", default=None, help="fixture pair (default bench; ci with --smoke)")
+    ap.add_argument("--configs", default=None, help="comma-separated table names (nospec always)")
+    ap.add_argument("--workloads", default="mixed,chat")
+    ap.add_argument("--concurrency", default=None, help="comma-separated, e.g. 1,2,4,8,16,32,64")
+    ap.add_argument("--rates", default=None, help="Poisson request rates (req/s); '' for none")
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--num-prompts", type=int, default=16, help="requests per cell (at least)")
+    ap.add_argument("--output-len", type=int, default=None)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", default="float32",
+                    help="float32 on AVX2-only CPUs (bf16 falls back to slow GEMMs there)")
+    ap.add_argument("--max-model-len", type=int, default=1024)
+    ap.add_argument("--eager", action="store_true", help="--enforce-eager (default: compiled, as users run)")
+    ap.add_argument("--start-timeout", type=float, default=900)
+    ap.add_argument("--cell-timeout", type=float, default=1800)
+    ap.add_argument("--wait-quiet-s", type=float, default=30)
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args(argv)
+    d = SMOKE if a.smoke else FULL
+    a.pair = a.pair or ("ci" if a.smoke else "bench")
+    a.eager = a.eager or a.smoke
+    a.configs = (a.configs.split(",") if a.configs else d["configs"])
+    a.workloads = a.workloads.split(",")
+    unknown = [w for w in a.workloads if w not in WORKLOADS]
+    if unknown:
+        ap.error(f"unknown workload(s) {unknown}; have {list(WORKLOADS)}")
+    a.concurrency = [int(x) for x in a.concurrency.split(",")] if a.concurrency else d["concurrency"]
+    a.rates = ([float(x) for x in a.rates.split(",") if x] if a.rates is not None else d["rates"])
+    a.reps = a.reps or d["reps"]
+    a.output_len = a.output_len or d["output_len"]
+    if a.smoke:   # a harness check, never a measurement: no waiting for a quiet machine
+        a.num_prompts, a.wait_quiet_s = min(a.num_prompts, 4), 0.0
+    if a.out is None:
+        stamp = dt.date.today().isoformat()
+        sha = machine.git_info().get("short") or "nogit"
+        a.out = REPO / "results" / f"{stamp}-{sha}-serving{'-smoke' if a.smoke else ''}"
+    return a
+
+
+def main(argv: list[str] | None = None) -> None:
+    run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""The serving benchmark's report: ``serving.md`` and plots from ``serving.json``.
+
+Per workload and load kind (fixed concurrency, Poisson rate): each configuration's
+output throughput and median / p99 TPOT against load, its ratio to no speculation
+(paired per repetition, median over repetitions), and the crossover: the lowest load
+from which the configuration no longer beats no speculation on throughput.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from benchmarks.stats import median
+
+BASELINE = "nospec"
+LOAD_KINDS = (("max_concurrency", "concurrency"), ("request_rate", "request rate (req/s)"))
+METRICS = (("output_throughput", "output tok/s"), ("median_tpot_ms", "TPOT p50 (ms)"),
+           ("p99_tpot_ms", "TPOT p99 (ms)"))
+
+
+def _table(res: dict) -> dict:
+    """{(workload, kind): {load: {config: {metric: [value per repetition]}}}}"""
+    t: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
+    for c in res["cells"]:
+        for kind, _ in LOAD_KINDS:
+            if kind in c:
+                row = t[(c["workload"], kind)][c[kind]][c["config"]]
+                for m, _ in METRICS:
+                    row[m].append(c.get(m))
+                row["contended"].append(bool(c.get("contended")))
+    return t
+
+
+def _ratio(row: dict, base: dict, metric: str) -> float | None:
+    pairs = [(a, b) for a, b in zip(row[metric], base[metric]) if a is not None and b]
+    return median([a / b for a, b in pairs]) if pairs else None
+
+
+def crossovers(res: dict) -> dict:
+    """{(workload, kind): {config: lowest load where its throughput ratio < 1, or None}}."""
+    out = {}
+    for key, loads in _table(res).items():
+        found: dict = {}
+        for load in sorted(loads):
+            base = loads[load].get(BASELINE)
+            for cfg, row in loads[load].items():
+                if cfg == BASELINE or base is None or cfg in found:
+                    continue
+                r = _ratio(row, base, "output_throughput")
+                if r is not None and r < 1.0:
+                    found[cfg] = load
+        configs = {c for load in loads.values() for c in load if c != BASELINE}
+        out[key] = {c: found.get(c) for c in sorted(configs)}
+    return out
+
+
+def markdown(res: dict) -> str:
+    meta = res["meta"]
+    lines = [f"# Serving benchmark ({meta['pair']} pair, {meta['started']})", "",
+             f"`vllm bench serve` against `vllm serve`; git {meta['git'].get('short')}; "
+             f"args {meta['args']}", "",
+             "Ratios are to no speculation, paired per repetition, median over repetitions "
+             "(throughput: higher is better; TPOT: lower is better). `*`: a repetition ran "
+             "while other processes used > 0.25 CPUs.", ""]
+    cross = crossovers(res)
+    for (workload, kind), loads in sorted(_table(res).items()):
+        configs = sorted({c for load in loads.values() for c in load if c != BASELINE})
+        lines += [f"## {workload}, by {dict(LOAD_KINDS)[kind]}", "",
+                  "| load | nospec tok/s | nospec TPOT p50 | " +
+                  " | ".join(f"{c} tput / TPOT p50 / p99" for c in configs) + " |",
+                  "|---|---|---|" + "---|" * len(configs)]
+        for load in sorted(loads):
+            base = loads[load].get(BASELINE)
+            if base is None:
+                continue
+            cells = [f"{median([v for v in base['output_throughput'] if v is not None]):.1f}",
+                     f"{median([v for v in base['median_tpot_ms'] if v is not None]):.1f}"]
+            for c in configs:
+                row = loads[load].get(c)
+                if row is None:
+                    cells.append("–")
+                    continue
+                rs = [_ratio(row, base, m) for m, _ in METRICS]
+                flag = "*" if any(row["contended"]) or any(base["contended"]) else ""
+                cells.append(" / ".join("–" if r is None else f"{r:.2f}x" for r in rs) + flag)
+            lines.append(f"| {load:g} | " + " | ".join(cells) + " |")
+        lines += ["", "Crossover (lowest load where throughput falls below no speculation): " +
+                  ", ".join(f"{c}: {'never' if v is None else f'{v:g}'}"
+                            for c, v in cross[(workload, kind)].items()), ""]
+    return "\n".join(lines) + "\n"
+
+
+def plot(res: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = _table(res)
+    keys = sorted(table)
+    fig, axes = plt.subplots(len(keys), len(METRICS), figsize=(5 * len(METRICS), 3.6 * len(keys)),
+                             squeeze=False)
+    cross = crossovers(res)
+    for i, key in enumerate(keys):
+        loads = table[key]
+        configs = sorted({c for load in loads.values() for c in load})
+        for j, (metric, label) in enumerate(METRICS):
+            ax = axes[i][j]
+            for c in configs:
+                xs = [x for x in sorted(loads) if c in loads[x]]
+                ys = [median([v for v in loads[x][c][metric] if v is not None] or [float("nan")])
+                      for x in xs]
+                ax.plot(xs, ys, marker="o", label=c, lw=2.5 if c == BASELINE else 1.5)
+                x_cross = cross[key].get(c)
+                if x_cross is not None and metric == "output_throughput":
+                    ax.axvline(x_cross, ls=":", lw=1, color=ax.lines[-1].get_color())
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel(dict(LOAD_KINDS)[key[1]])
+            ax.set_ylabel(label)
+            ax.set_title(f"{key[0]}: {label}")
+            ax.grid(alpha=0.3)
+        axes[i][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_all(res: dict, out: Path) -> list[Path]:
+    md = out / "serving.md"
+    md.write_text(markdown(res))
+    png = out / "serving.png"
+    plot(res, png)
+    return [md, png]

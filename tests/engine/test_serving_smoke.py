@@ -1,0 +1,37 @@
+"""The serving benchmark's harness, end to end, in smoke mode (never a speed check).
+
+Starts real `vllm serve` processes (no speculation, the plugin in hybrid + adaptive
+mode) on the ci pair and drives them with vLLM's own `vllm bench serve` at two
+concurrencies and one Poisson rate, on the completion and chat workloads.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_serving_benchmark_smoke(ci_pair, tmp_path):
+    out = tmp_path / "serving"
+    p = subprocess.run([sys.executable, "-m", "benchmarks.serving", "--smoke", "--out", str(out)],
+                       cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                       capture_output=True, text=True, timeout=1500)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    res = json.loads((out / "serving.json").read_text())
+    cells = res["cells"]
+    # 2 configs x 2 workloads x (2 concurrencies + 1 rate) x 1 repetition
+    assert len(cells) == 12, [(c["config"], c["workload"]) for c in cells]
+    assert {c["config"] for c in cells} == {"nospec", "plugin-hybrid-adaptive-k8"}
+    assert {c["workload"] for c in cells} == {"mixed", "chat"}
+    for c in cells:
+        assert c["completed"] == c["num_prompts"] and not c.get("failed"), c
+        for key in ("output_throughput", "median_tpot_ms", "p99_tpot_ms", "median_ttft_ms",
+                    "p99_ttft_ms", "median_itl_ms"):
+            assert key in c, (key, sorted(c))
+        assert ("max_concurrency" in c) != ("request_rate" in c)
+    md = (out / "serving.md").read_text()
+    assert "Crossover" in md and "plugin-hybrid-adaptive-k8" in md
+    assert (out / "serving.png").stat().st_size > 0
