@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 ALPHA_MAX = 0.999  # α̂ never claims certainty: a rejection always pulls it down
+MIN_GAIN = 0.02  # hysteresis: speculate only if the predicted S > 1 + MIN_GAIN
 _A_MIN = 1e-6  # seconds; floor of the fitted intercept, so T(B) > 0 and v(B) < 1
 _MIN_VAR_N = 1e-6  # weighted variance of n below which the slope is not identifiable
 
@@ -74,6 +75,26 @@ def best_k(alpha: float, cost_per_draft: float, k_max: int, min_gain: float = 0.
     return best if best_s > 1.0 + min_gain else 0
 
 
+def choose_source(candidates: dict[str, tuple[float, int, float]], min_gain: float,
+                  allow_none: bool) -> tuple[str, int]:
+    """The draft source with the best predicted speedup for one request and round.
+
+    candidates: source -> (α, k, cost per draft token in plain steps), k >= 1 drafts
+    that source would verify (for n-gram: the drafts it actually found). Returns
+    (source, k), the first of the best in the given order on ties; ("none", 0) when
+    ``allow_none`` and no candidate reaches S > 1 + min_gain (or there is none).
+    Without ``allow_none`` the best candidate is taken whatever its S.
+    """
+    best, best_s, best_k_ = "none", (1.0 + min_gain) if allow_none else float("-inf"), 0
+    for source, (alpha, k, cost) in candidates.items():
+        if k < 1:
+            continue
+        s = speedup(alpha, k, cost)
+        if s > best_s:
+            best, best_s, best_k_ = source, s, k
+    return best, best_k_
+
+
 @dataclass(slots=True)
 class AdaptiveConfig:
     """Knobs of AdaptiveK (see the module docstring for the rule)."""
@@ -82,7 +103,7 @@ class AdaptiveConfig:
     prior_alpha: float = 0.6  # initial global α (before any round is observed)
     prior_weight: float = 4.0  # prior strength, in trials
     decay: float = 0.9  # weight kept by past rounds per new round
-    min_gain: float = 0.02  # hysteresis: speculate only if S(k*) > 1 + min_gain
+    min_gain: float = MIN_GAIN  # hysteresis: speculate only if S(k*) > 1 + min_gain
     probe_every: int = 8  # rounds between k=1 probes of a low-α request; 0 = never
     c_prime_default: float = 0.05  # draft cost / plain step, until measured
     ema: float = 0.2  # weight of the newest draft-cost measurement
@@ -118,8 +139,10 @@ class _Req:
 class AdaptiveK:
     """Per-request, per-round choice of k from measured acceptance and step costs.
 
-    Call order per engine step: choose() -> observe_draft_step() -> observe_target_step()
-    -> observe_round() per request; forget() when a request finishes (else it is kept)."""
+    Call order per engine step: choose() (or begin_step() when only α and the costs are
+    read, as hybrid without adaptive k does) -> observe_draft_step() ->
+    observe_target_step() -> observe_round() per request; forget() when a request
+    finishes (else it is kept)."""
 
     def __init__(self, config: AdaptiveConfig) -> None:
         self.cfg = config
@@ -226,10 +249,15 @@ class AdaptiveK:
         return self.c_prime() + self.load_cost(batch_size)
 
     # -- decision ---------------------------------------------------------------
+    def begin_step(self) -> None:
+        """A new engine step: the global acceptance sums decay once at its first round.
+        choose() calls it; call it directly when only the estimates are used."""
+        self._g_new_step = True
+
     def choose(self, req_ids: list[str], batch_size: int) -> dict[str, tuple[int, str]]:
         """k per request for this step: req_id -> (k, reason); reason "" if k > 0,
         "adaptive" if α is too low, "load" if no α could pay for drafts at this batch."""
-        self._g_new_step = True
+        self.begin_step()
         c = self.cfg
         cost = self.cost_per_draft(batch_size)
         if best_k(ALPHA_MAX, cost, c.k_max, c.min_gain) == 0:

@@ -19,6 +19,11 @@ from vllm_specdec_plugin.errors import SpecDecConfigError
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 MAX_K = 32  # above this the verify step is mostly wasted work; likely a typo
 CONFIG_KEY = "specdec"
+# Options that existed once, with what replaced them (named in the start-up error).
+REMOVED_OPTIONS = {
+    "hybrid_min_ngram": "hybrid now picks n-gram or the draft model per request and round "
+                        "by predicted speedup from measured acceptance and cost",
+}
 PROPOSER_PREFIX = "vllm_specdec_plugin."  # custom_class names of this plugin's proposers
 REPO_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -34,8 +39,9 @@ class SpecDecConfig:
 
     method: str = "draft"
     """Where drafts come from: "draft" (the draft model), "ngram" (prompt lookup over
-    the request's own tokens, no model), or "hybrid" (n-gram first; the draft model
-    when the n-gram stage proposes fewer than ``hybrid_min_ngram`` tokens)."""
+    the request's own tokens, no model), or "hybrid" (per request and round, whichever
+    of the two predicts the larger speedup from its measured acceptance for that
+    request and its measured cost; with ``adaptive`` also neither)."""
 
     adaptive: bool = False
     """Choose k per request and round in [0, k] from measured acceptance and costs
@@ -49,10 +55,6 @@ class SpecDecConfig:
 
     ngram_window: int = 1024
     """The n-gram stage searches only the last this many tokens of the request."""
-
-    hybrid_min_ngram: int = 2
-    """Hybrid: use the n-gram drafts when there are at least this many (capped at the
-    round's k); otherwise draft with the model."""
 
     adaptive_prior_alpha: float = 0.6
     """Adaptive: acceptance rate assumed for a request before it has been measured
@@ -137,9 +139,6 @@ class SpecDecConfig:
             raise SpecDecConfigError(
                 f"ngram_window must be an integer > ngram_max_n, got {self.ngram_window!r}. "
                 "Fix: e.g. 1024.")
-        if not isinstance(self.hybrid_min_ngram, int) or self.hybrid_min_ngram < 1:
-            raise SpecDecConfigError(
-                f"hybrid_min_ngram must be an integer >= 1, got {self.hybrid_min_ngram!r}. Fix: e.g. 2.")
         if not 0.0 <= self.adaptive_prior_alpha < 1.0:
             raise SpecDecConfigError(
                 f"adaptive_prior_alpha must be in [0, 1), got {self.adaptive_prior_alpha}. Fix: e.g. 0.6.")
@@ -156,6 +155,11 @@ class SpecDecConfig:
     def from_mapping(cls, options: Mapping[str, Any]) -> "SpecDecConfig":
         """Validate keys and build; unknown keys get an error listing the valid ones."""
         known = set(cls.field_names())
+        removed = sorted(set(options) & set(REMOVED_OPTIONS))
+        if removed:
+            raise SpecDecConfigError(
+                f"plugin option(s) {removed} no longer exist: "
+                + "; ".join(REMOVED_OPTIONS[k] for k in removed) + ". Fix: delete them.")
         unknown = sorted(set(options) - known)
         if unknown:
             raise SpecDecConfigError(

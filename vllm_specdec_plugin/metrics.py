@@ -25,6 +25,7 @@ _SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 NO_DRAFT_REASONS = ("pool_full", "length_guard", "adaptive", "load", "ngram_miss", "prefill_budget",
                     "grammar_reasoning", "grammar_diverged")
 STEP_KINDS = ("verify", "plain")
+SOURCES = ("draft", "ngram", "none")
 
 _families: dict | None = None  # one set of collectors per process (registries reject duplicates)
 
@@ -55,6 +56,13 @@ def _create_families() -> dict:
                        m, buckets=_K_BUCKETS),
         "no_draft": Counter("specdec_no_draft_rounds",
                             "Request-rounds decoded without drafts, by reason.", m + ("reason",)),
+        "source": Counter("specdec_draft_source_rounds",
+                          "Request-rounds by the draft source chosen: draft (model), ngram, "
+                          "none (decoded without drafts).", m + ("source",)),
+        "backed_off": Gauge("specdec_backed_off_requests",
+                            "Requests of the latest step that the adaptive rule held at k = 0 "
+                            "(reasons adaptive and load): the back-off state.",
+                            m, multiprocess_mode="mostrecent"),
         # mostrecent: one value per worker pool; a restarted worker's value replaces
         # the old one instead of being summed with it.
         "blocks_used": Gauge("specdec_draft_kv_blocks_used", "Draft KV cache blocks in use.",
@@ -80,9 +88,11 @@ class ProposerMetrics:
         self._emitted = {k: f["emitted"].labels(kind=k, **lab) for k in STEP_KINDS}
         self._k = f["k"].labels(**lab)
         self._no_draft = {r: f["no_draft"].labels(reason=r, **lab) for r in NO_DRAFT_REASONS}
+        self._source = {src: f["source"].labels(source=src, **lab) for src in SOURCES}
+        self._backed_off = f["backed_off"].labels(**lab)
         self._blocks_used = f["blocks_used"].labels(**lab)
         self._blocks_total = f["blocks_total"].labels(**lab)
-        for c in (*self._no_draft.values(), *self._emitted.values()):
+        for c in (*self._no_draft.values(), *self._emitted.values(), *self._source.values()):
             c.inc(0)  # export every series from the start, so rate() has a baseline
 
     def verified(self, drafted: int, accepted: int) -> None:
@@ -104,6 +114,14 @@ class ProposerMetrics:
     def chosen_k(self, ks: Iterable[int]) -> None:
         for k in ks:
             self._k.observe(k)
+
+    def sources(self, chosen: Iterable[str]) -> None:
+        """One request-round per entry: "draft", "ngram" or "none"."""
+        for src in chosen:
+            self._source[src].inc()
+
+    def backed_off(self, num_requests: int) -> None:
+        self._backed_off.set(num_requests)
 
     def no_draft(self, reason: str, n: int = 1) -> None:
         self._no_draft[reason].inc(n)

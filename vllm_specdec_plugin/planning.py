@@ -2,8 +2,11 @@
 
 A request gets n-gram drafts (ready at once, point masses), a draft-model plan (the
 committed tokens the draft has not seen, then k passes), or nothing this round (the
-reason is counted). Lazy draft prefill is chunked under a per-round token budget so a
-long prompt joining a busy batch costs at most that budget per step.
+reason is counted). In hybrid mode the source is chosen per request and round by
+predicted speedup S = E[N](α, k) / (1 + k·cost) from that source's measured
+acceptance for the request and its measured cost (``adaptive.choose_source``).
+Lazy draft prefill is chunked under a per-round token budget so a long prompt joining
+a busy batch costs at most that budget per step.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from vllm_specdec_plugin.adaptive import MIN_GAIN, choose_source
 from vllm_specdec_plugin.config import SpecDecConfig
 from vllm_specdec_plugin.kv import BlockAllocator
 from vllm_specdec_plugin.ngram import NGramConfig, NGramIndex
@@ -43,6 +47,8 @@ class Plan:
 
 # (k, reason-if-0) per request id, per draft source, from the adaptive controllers
 Choices = dict[str, dict[str, tuple[int, str]]]
+# per draft source: (α of a request id, cost of one draft token in plain steps)
+Estimates = dict[str, tuple[Callable[[str], float], float]]
 
 
 class Planner:
@@ -59,27 +65,68 @@ class Planner:
         self.uses_ngram = config.method in ("ngram", "hybrid")
 
     def plan(self, row: int, req_id: str, req: RequestState, length: int,
-             committed_row: np.ndarray, choices: Choices) -> Plan | None:
-        """n-gram drafts now (``drafts`` filled), a model plan, or None (counted)."""
+             committed_row: np.ndarray, choices: Choices,
+             estimates: Estimates | None = None) -> Plan | None:
+        """n-gram drafts now (``drafts`` filled), a model plan, or None (counted).
+
+        estimates: required in hybrid mode (the source choice), ignored otherwise.
+        """
         req.seen = True
         k_room = min(self.k, self.max_model_len - length - 1)
         if k_room <= 0:  # verifying L + k tokens must emit at most max_model_len
             return self._none("length_guard")
-        reason = ""
+        if self.uses_ngram and self.uses_model:
+            return self._plan_hybrid(row, req_id, req, length, committed_row, choices,
+                                     estimates or {}, k_room)
         if self.uses_ngram:
             k, reason = _chosen_k(choices, "ngram", req_id, self.k, k_room)
-            if k:
-                drafts = self._ngram_drafts(req, committed_row, length, k)
-                need = 1 if self.config.method == "ngram" else min(self.config.hybrid_min_ngram, k)
-                if len(drafts) >= need:
-                    return Plan(row=row, req_id=req_id, req=req, new_tokens=[],
-                                length=length, k=len(drafts), drafts=drafts)
-                reason = "ngram_miss"
-        if not self.uses_model:
-            return self._none(reason or "ngram_miss")
+            if not k:
+                return self._none(reason)
+            drafts = self._ngram_drafts(req, committed_row, length, k)
+            return self._ngram_plan(row, req_id, req, length, drafts) if drafts \
+                else self._none("ngram_miss")
         k, reason = _chosen_k(choices, "draft", req_id, self.k, k_room)
         if not k:
             return self._none(reason)
+        return self._model_plan(row, req_id, req, length, committed_row, k)
+
+    def _plan_hybrid(self, row: int, req_id: str, req: RequestState, length: int,
+                     committed_row: np.ndarray, choices: Choices, estimates: Estimates,
+                     k_room: int) -> Plan | None:
+        """Whichever of n-gram and draft model predicts the larger speedup for this
+        request now (n-gram: at the number of drafts it found), or none when adaptive
+        and neither pays."""
+        candidates: dict[str, tuple[float, int, float]] = {}
+        reason = "ngram_miss"
+        drafts: list[int] = []
+        k_ng, why = _chosen_k(choices, "ngram", req_id, self.k, k_room)
+        if k_ng:
+            drafts = self._ngram_drafts(req, committed_row, length, k_ng)
+            if drafts:
+                alpha, cost = estimates["ngram"]
+                candidates["ngram"] = (alpha(req_id), len(drafts), cost)
+        else:
+            reason = why
+        k_d, why = _chosen_k(choices, "draft", req_id, self.k, k_room)
+        if k_d:
+            alpha, cost = estimates["draft"]
+            candidates["draft"] = (alpha(req_id), k_d, cost)
+        else:
+            reason = why or reason
+        source, k = choose_source(candidates, MIN_GAIN, allow_none=self.config.adaptive)
+        if source == "ngram":
+            return self._ngram_plan(row, req_id, req, length, drafts)
+        if source == "draft":
+            return self._model_plan(row, req_id, req, length, committed_row, k)
+        return self._none("adaptive" if candidates else reason)
+
+    def _ngram_plan(self, row: int, req_id: str, req: RequestState, length: int,
+                    drafts: list[int]) -> Plan:
+        return Plan(row=row, req_id=req_id, req=req, new_tokens=[], length=length,
+                    k=len(drafts), drafts=drafts)
+
+    def _model_plan(self, row: int, req_id: str, req: RequestState, length: int,
+                    committed_row: np.ndarray, k: int) -> Plan:
         if len(req.tokens) >= length:  # nothing new (cannot happen in vLLM's flow):
             truncate(req, length - 1, self.allocator)  # re-feed the last token for logits
         return Plan(row=row, req_id=req_id, req=req,

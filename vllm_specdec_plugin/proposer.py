@@ -71,10 +71,11 @@ class DraftModelProposer:
                 self.draft_path, mc.hf_config, mc.tokenizer, mc.model, self.max_model_len,
                 self.config.tokenizer_probe)
             self.vocab_size = int(self.draft_hf_config["vocab_size"])
-        # Adaptive k: one controller per draft source; the n-gram source costs no
-        # draft time, so only the verify cost limits its k.
+        # One controller per draft source (adaptive k, and hybrid's choice of source):
+        # each measures its source's acceptance per request and its cost; the n-gram
+        # source costs no draft time, so only the verify cost limits it.
         self.controllers: dict[str, AdaptiveK] = {}
-        if self.config.adaptive:
+        if self.config.adaptive or self.config.method == "hybrid":
             sources = (["draft"] if self.uses_model else []) + \
                 (["ngram"] if self.config.method in ("ngram", "hybrid") else [])
             for source in sources:
@@ -211,13 +212,21 @@ class DraftModelProposer:
         for row in rows:  # roll back first: the controllers learn from this verification
             self._verified(req_ids[row], len(sampled_token_ids[row]) - 1, token_ids_cpu[row])
         self.metrics.verified(self.stats.drafted - drafted0, self.stats.accepted - accepted0)
-        choices = {src: c.choose([req_ids[r] for r in rows], len(rows))
-                   for src, c in self.controllers.items()}
+        batch = len(rows)
+        choices = {}
+        for src, c in self.controllers.items():
+            if self.config.adaptive:
+                choices[src] = c.choose([req_ids[r] for r in rows], batch)
+            else:
+                c.begin_step()
+        estimates = {src: (c.alpha, c.cost_per_draft(batch)) for src, c in self.controllers.items()}
+        backed_off0 = self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
         model_plans: list[Plan] = []
         ngram_plans: list[Plan] = []
         for row in rows:
             plan = self.planner.plan(row, req_ids[row], self.requests[req_ids[row]],
-                                     int(num_tokens_no_spec[row]), token_ids_cpu[row], choices)
+                                     int(num_tokens_no_spec[row]), token_ids_cpu[row], choices,
+                                     estimates)
             if plan is None or not self._constrain(plan, token_ids_cpu):
                 continue
             (ngram_plans if plan.drafts else model_plans).append(plan)
@@ -237,6 +246,9 @@ class DraftModelProposer:
         if any(out):
             self.stats.rounds += 1
         self.metrics.chosen_k(len(d) for d in out if d)
+        self.metrics.sources(self.requests[req_ids[r]].source if out[r] else "none" for r in rows)
+        self.metrics.backed_off(self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
+                                - backed_off0)
         if self.allocator is not None:
             self.metrics.kv_blocks(self.allocator.num_used, self.allocator.num_blocks)
         return out

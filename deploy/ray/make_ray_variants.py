@@ -46,6 +46,8 @@ PER_REPLICA_PANELS = {
     "Rounds without draft by reason",
     "Draft KV blocks used vs total",
     "vLLM vs plugin acceptance agreement",
+    "Draft source per request-round",
+    "Backed-off requests",
 }
 
 # One pass, so a new name is never renamed again. Not after [\w:] (inside another name).

@@ -183,7 +183,7 @@ def test_hybrid_keeps_the_draft_kv_consistent_across_ngram_rounds(tiny, monkeypa
     committed token it has not seen, so its drafts equal the draft model's greedy
     continuation of the whole sequence (as if it had drafted every round)."""
     model, path = tiny
-    p = make_proposer(monkeypatch, path, k=3, method="hybrid", hybrid_min_ngram=2)
+    p = make_proposer(monkeypatch, path, k=3, method="hybrid")
     p.bind_runner(FakeRunner(["a"]))
     seq = [10, 11, 12, 13]                            # no repeats: model round
     n, arr = Batch([seq]).arrays()
@@ -204,6 +204,22 @@ def test_hybrid_keeps_the_draft_kv_consistent_across_ngram_rounds(tiny, monkeypa
     assert tokens_before == seq[: len(tokens_before)]
     assert p.requests["a"].acceptance.drafted == 6 and p.requests["a"].acceptance.accepted == 3
     assert p.stats.resyncs == 0
+
+
+def test_hybrid_chooses_the_source_by_measured_acceptance_per_request(tiny, monkeypatch):
+    """Both requests repeat text, so the n-gram stage finds drafts for both; "a"'s n-gram
+    drafts have kept failing, "b"'s have not: a drafts with the model, b with n-gram."""
+    _, path = tiny
+    p = make_proposer(monkeypatch, path, k=3, method="hybrid")
+    p.bind_runner(FakeRunner(["a", "b"]))
+    for _ in range(12):
+        p.controllers["ngram"].observe_round("a", 3, 0)
+        p.controllers["ngram"].observe_round("b", 3, 3)
+    rep = [1, 2, 3, 1, 2, 3, 1, 2]
+    n, arr = Batch([rep, rep]).arrays()
+    d = p.propose([[2], [2]], n, arr)
+    assert p.requests["a"].source == "draft" and len(d[0]) == 3
+    assert p.requests["b"].source == "ngram" and d[1] == [3, 1, 2]
 
 
 def test_hybrid_mixed_batch_publishes_q_for_ngram_rows_too(tiny, monkeypatch):

@@ -20,6 +20,7 @@ from vllm_specdec_plugin.adaptive import (
     AdaptiveConfig,
     AdaptiveK,
     best_k,
+    choose_source,
     expected_tokens,
     speedup,
 )
@@ -386,3 +387,33 @@ def test_module_imports_only_stdlib():
         elif isinstance(node, ast.ImportFrom):
             names.add((node.module or "").split(".")[0])
     assert names <= {"__future__", "math", "dataclasses"}, names
+
+
+# ------------------------------------------------------------- source choice (hybrid)
+
+
+def test_choose_source_takes_the_larger_predicted_speedup():
+    # Fresh request, default costs: 2 n-gram drafts (free) beat the model at k = 4 ...
+    cands = {"ngram": (0.6, 2, 0.0), "draft": (0.6, 4, 0.05)}
+    assert choose_source(cands, 0.02, allow_none=True) == ("ngram", 2)
+    # ... 1 n-gram draft does not (1.6 < 2.31 / 1.2).
+    cands["ngram"] = (0.6, 1, 0.0)
+    assert choose_source(cands, 0.02, allow_none=True) == ("draft", 4)
+    # A request whose n-gram drafts keep failing goes to the model even with 4 of them.
+    cands = {"ngram": (0.1, 4, 0.0), "draft": (0.8, 4, 0.05)}
+    assert choose_source(cands, 0.02, allow_none=True) == ("draft", 4)
+    # ... and the other way round.
+    cands = {"ngram": (0.9, 3, 0.0), "draft": (0.3, 4, 0.05)}
+    assert choose_source(cands, 0.02, allow_none=True) == ("ngram", 3)
+
+
+def test_choose_source_backs_off_only_when_allowed():
+    # Under load (v(B) ~ 1) nothing pays: none when adaptive ...
+    cands = {"ngram": (0.5, 2, 0.9), "draft": (0.5, 4, 0.95)}
+    assert speedup(0.5, 2, 0.9) < 1.0 and speedup(0.5, 4, 0.95) < 1.0
+    assert choose_source(cands, 0.02, allow_none=True) == ("none", 0)
+    # ... the better of the two with a fixed k (the user asked for drafts).
+    assert choose_source(cands, 0.02, allow_none=False) == ("ngram", 2)
+    assert choose_source({}, 0.02, allow_none=False) == ("none", 0)
+    # Ties go to the first candidate (n-gram is offered first: it costs no draft time).
+    assert choose_source({"ngram": (0.5, 2, 0.0), "draft": (0.5, 2, 0.0)}, 0.0, True) == ("ngram", 2)

@@ -47,6 +47,8 @@ PLUGIN_METRICS = {
     "specdec_emitted_tokens_total",
     *_hist("specdec_draft_k"),
     "specdec_no_draft_rounds_total",
+    "specdec_draft_source_rounds_total",
+    "specdec_backed_off_requests",
     "specdec_draft_kv_blocks_used",
     "specdec_draft_kv_blocks_total",
 }
@@ -60,7 +62,7 @@ VLLM_METRICS = {
     "vllm:num_requests_running",
 }
 KNOWN_METRICS = PLUGIN_METRICS | VLLM_METRICS
-KNOWN_LABELS = {"model_name", "engine", "kind", "reason", "position", "le", "__name__"}
+KNOWN_LABELS = {"model_name", "engine", "kind", "reason", "source", "position", "le", "__name__"}
 
 _PROMQL_KEYWORDS = {
     "and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",

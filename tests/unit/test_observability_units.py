@@ -22,6 +22,8 @@ def test_metrics_follow_prometheus_conventions():
     m.chosen_k([4, 0])
     m.no_draft("pool_full")
     m.kv_blocks(3, 40)
+    m.sources(["draft", "ngram", "none", "draft"])
+    m.backed_off(2)
     text = generate_latest(REGISTRY).decode()
     lines = [l for l in text.splitlines() if 'model_name="unit-model"' in l]
     get = lambda prefix: [float(l.rsplit(" ", 1)[1]) for l in lines if l.startswith(prefix)]
@@ -33,6 +35,9 @@ def test_metrics_follow_prometheus_conventions():
     assert get('specdec_no_draft_rounds_total{model_name="unit-model",reason="pool_full"}') == [1]
     assert get("specdec_draft_k_count") == [2]
     assert get("specdec_draft_kv_blocks_used") == [3] and get("specdec_draft_kv_blocks_total") == [40]
+    assert get('specdec_draft_source_rounds_total{model_name="unit-model",source="draft"}') == [2]
+    assert get('specdec_draft_source_rounds_total{model_name="unit-model",source="none"}') == [1]
+    assert get("specdec_backed_off_requests") == [2]
     # A second proposer in the same process (engine restart in tests) does not re-register.
     ProposerMetrics("unit-model-2").verified(1, 1)
 

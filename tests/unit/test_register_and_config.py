@@ -77,6 +77,7 @@ def test_explicit_keys_win_over_preset(tmp_path):
 
 @pytest.mark.parametrize("opts,match", [
     ({"draft_model": "/d", "bogus": 1}, r"unknown plugin option\(s\) \['bogus'\]"),
+    ({"draft_model": "/d", "hybrid_min_ngram": 2}, r"\['hybrid_min_ngram'\] no longer exist: hybrid now picks"),
     ({}, "no draft model configured"),
     ({"draft_model": "/d", "block_size": 3}, "power of two"),
     ({"draft_model": "/d", "draft_dtype": "int8"}, "draft_dtype"),
