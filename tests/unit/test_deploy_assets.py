@@ -431,6 +431,9 @@ def _series(model: str) -> list[dict]:
         *[ctr("specdec_no_draft_rounds_total", 1 if (bad and r == "pool_full") else 0,
               f'{M},reason="{r}"')
           for r in ("pool_full", "length_guard", "adaptive", "load", "ngram_miss")],
+        *[ctr("specdec_draft_source_rounds_total", x, f'{M},source="{src}"')
+          for src, x in (("draft", 6), ("ngram", 3), ("none", 8 if bad else 1))],
+        gauge("specdec_backed_off_requests", 3 if bad else 0),
         gauge("specdec_draft_kv_blocks_used", 99 if bad else 50),
         gauge("specdec_draft_kv_blocks_total", 100),
     ]
