@@ -29,6 +29,7 @@ import datetime as dt
 import json
 import os
 import random
+import resource
 import signal
 import socket
 import subprocess
@@ -141,6 +142,12 @@ class Server:
         self.log.close()
 
 
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's reaped children (the ``vllm bench serve`` clients)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def write_dataset(path: Path) -> int:
     """The mixed prompt set as vLLM's ``custom`` dataset (JSONL, one "prompt" per line)."""
     prompts = load_prompt_set("mixed")
@@ -218,10 +225,12 @@ def run(args: argparse.Namespace) -> dict:
                 rng.shuffle(order)
                 for s in order:
                     meter.wait_quiet(args.wait_quiet_s)
-                    mark = meter.start()
+                    mark, client0 = meter.start(), _children_cpu_s()
                     cell = bench(s, workload, load, load.num_prompts(per_load), args, dataset,
                                  out / "last.json", target)
-                    foreign = meter.cpu_share(mark)
+                    # The load generator is ours too: its CPU (a reaped child) is not foreign.
+                    wall = max(time.monotonic() - mark[0], 1e-6)
+                    foreign = max(0.0, meter.cpu_share(mark) - (_children_cpu_s() - client0) / wall)
                     cell.update({"config": s.name, "workload": workload, load.kind: load.value,
                                  "repetition": rep, "foreign_cpus": round(foreign, 3),
                                  "contended": foreign > CONTENDED_CPUS})
