@@ -42,6 +42,7 @@ from pathlib import Path
 from benchmarks import machine, serving_report
 from benchmarks.configs import BenchConfig, expand, select
 from benchmarks.workloads import load_prompt_set
+from vllm_specdec_plugin.testing import stop_process_group
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -132,13 +133,7 @@ class Server:
         raise TimeoutError(f"{self.name}: not healthy after {timeout:.0f} s (log: {self.log.name})")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_process_group(self.proc, signal.SIGINT, 60)
         self.log.close()
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from harness import ENGINE_ENV
 
+from vllm_specdec_plugin.testing import stop_process_group
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -64,11 +66,5 @@ class Server:
             return r.read().decode()
 
     def stop(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_process_group(self.proc, signal.SIGTERM, 30)
         self.log.close()
