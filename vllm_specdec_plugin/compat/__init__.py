@@ -20,6 +20,7 @@ when to Remove it. Nothing outside this package imports private vLLM modules.
 | sampling_params | SamplingParams._bad_words_token_ids                        |
 | ray_session     | Ray's session folder (ray._private) for the Ray metrics bridge |
 | draft_grammar   | a worker-side StructuredOutputManager: masks structured requests' drafts |
+| penalties       | vLLM's apply_penalties (the CUDA repetition-penalty kernel on GPU) |
 
 Patches that change engine behaviour are installed only when our proposer is
 constructed (that is, only when the user configured it); see ``runner_hooks.install``.

@@ -280,7 +280,7 @@ def _probs(
     freq = _row_tensor(specs, "frequency_penalty", device)
     pres = _row_tensor(specs, "presence_penalty", device)
     if bool((rep != 1.0).any() | (freq != 0.0).any() | (pres != 0.0).any()):
-        from vllm.model_executor.layers.utils import apply_penalties
+        from vllm_specdec_plugin.compat.penalties import apply_penalties
 
         apply_penalties(logits, prompt_tokens, output_tokens, pres, freq, rep)
 
