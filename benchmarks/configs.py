@@ -11,7 +11,9 @@ section, the same keys as ``SpecDecConfig``)::
 from __future__ import annotations
 
 import fnmatch
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 K_SWEEP = (2, 4, 6)
@@ -29,15 +31,19 @@ PLUGINS_SPECDEC = "specdec"
 class Method:
     """How to build one speculative method's vLLM ``speculative_config``."""
 
-    kind: str                   # none | draft_model | ngram | plugin
+    kind: str                   # none | draft_model | ngram | suffix | plugin
     vllm_plugins: str           # the VLLM_PLUGINS value its engine runs with
     needs_draft: bool = False
+    # Packages outside the project venv its engine needs (serving: on PYTHONPATH).
+    # suffix: arctic-inference, built by scripts/install_suffix.sh.
+    extra_site: str | None = None
 
 
 METHODS: dict[str, Method] = {
     "none": Method("none", PLUGINS_NONE),
     "draft_model": Method("draft_model", PLUGINS_NONE, needs_draft=True),
     "ngram": Method("ngram", PLUGINS_NONE),
+    "suffix": Method("suffix", PLUGINS_NONE, extra_site=".cache/suffix/site"),
     "plugin": Method("plugin", PLUGINS_SPECDEC, needs_draft=True),
     "plugin-nodraft": Method("plugin", PLUGINS_SPECDEC),   # n-gram mode: no draft model
 }
@@ -62,6 +68,8 @@ TABLE: list[Entry] = [
     Entry("nospec", "none"),
     Entry("draft_model", "draft_model", K_SWEEP),
     Entry("ngram", "ngram", (4,), spec={"prompt_lookup_max": 4, "prompt_lookup_min": 1}),
+    # vLLM's suffix decoding (arctic-inference); k is its ceiling per step.
+    Entry("suffix", "suffix", (8,)),
     Entry("plugin", "plugin", K_SWEEP),
     # Issue 7 modes. Adaptive modes get a larger k: it is the ceiling they choose under.
     Entry("plugin-ngram", "plugin-nodraft", (4,), specdec={"method": "ngram"}),
@@ -96,6 +104,20 @@ class BenchConfig:
     def vllm_plugins(self) -> str:
         return METHODS[self.method].vllm_plugins
 
+    def engine_env(self, repo: Path) -> dict[str, str]:
+        """Environment its engine process needs on top of the harness's own:
+        VLLM_PLUGINS, and PYTHONPATH for packages kept outside the project venv."""
+        env = {"VLLM_PLUGINS": self.vllm_plugins}
+        site = METHODS[self.method].extra_site
+        if site:
+            path = repo / site
+            if not path.is_dir():
+                raise FileNotFoundError(f"{self.name} needs {path}, which is missing. "
+                                        f"Fix: run `bash scripts/install_suffix.sh` first.")
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(path)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        return env
+
     def speculative_config(self, draft: str | None) -> dict | None:
         """The ``speculative_config`` for ``vllm.LLM`` (None without speculation)."""
         kind = METHODS[self.method].kind
@@ -107,6 +129,8 @@ class BenchConfig:
             spec = {"method": "draft_model", "model": draft, "num_speculative_tokens": self.k}
         elif kind == "ngram":
             spec = {"method": "ngram", "num_speculative_tokens": self.k}
+        elif kind == "suffix":
+            spec = {"method": "suffix", "num_speculative_tokens": self.k}
         elif kind == "plugin":
             specdec = {**({"draft_model": draft} if draft else {}), **dict(self.specdec_extra)}
             spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from benchmarks.configs import PLUGINS_SPECDEC, BenchConfig
+from benchmarks.machine import REPO
 
 ENGINE_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",        # GiB of KV cache per engine
@@ -69,7 +70,7 @@ class Engine:
         self.log_path = log_path
         self.trace_path = log_path.with_suffix(".register.jsonl")
         self.env = {**os.environ, **ENGINE_ENV, **(extra_env or {}),
-                    "VLLM_PLUGINS": config.vllm_plugins,
+                    **config.engine_env(REPO),
                     "SPECDEC_REGISTER_TRACE": str(self.trace_path)}
         if threads is not None:
             self.env["OMP_NUM_THREADS"] = str(threads)

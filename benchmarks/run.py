@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help=f"harness smoke run: configs {','.join(QUICK_CONFIGS)}, workloads "
                         f"{','.join(QUICK_WORKLOADS)}, 3 reps, 32 tokens (< 10 min on 2 cores)")
-    p.add_argument("--pair", default="bench", choices=["bench", "ci"], help="fixture pair")
+    p.add_argument("--pair", default="bench", choices=["bench", "nopay", "ci"], help="fixture pair")
     p.add_argument("--target", help="local target model folder (overrides --pair)")
     p.add_argument("--draft", help="local draft model folder (same tokenizer as the target)")
     p.add_argument("--configs", help="comma-separated names or globs (e.g. 'plugin-*,ngram-k4'); "

@@ -98,7 +98,7 @@ class Server:
         spec = config.speculative_config(draft)
         if spec is not None:
             cmd += ["--speculative-config", json.dumps(spec)]
-        env = {**os.environ, **SERVER_ENV, "VLLM_PLUGINS": config.vllm_plugins}
+        env = {**os.environ, **SERVER_ENV, **config.engine_env(REPO)}
         self.log = open(log, "w")
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,

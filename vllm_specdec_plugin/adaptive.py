@@ -5,7 +5,11 @@ Rule (per engine step at batch size B, per request with acceptance estimate α):
 - Tokens emitted per verification with k drafts, per-token acceptance α (geometric
   model): E[N](α,k) = (1 - α^(k+1)) / (1 - α), and k+1 at α = 1.
 - Cost of one round relative to a plain (no-draft) target step at batch B:
-  1 + k·c' + k·v(B). c' = draft seconds per draft forward / T(B_draft), an EMA
+  1 + σ(B) + k·c' + k·v(B). σ(B) = s / T(B) is the fixed cost of a step that
+  verifies drafts at all (s: seconds of the exact rejection sampler, which a plain
+  step does not run; the median of the last ``SPEC_WINDOW`` measurements, the very
+  first skipped as it pays one-time set-up; 0 until measured).
+  c' = draft seconds per draft forward / T(B_draft), an EMA
   (weight ``ema``) of ratios measured at each draft round; ``c_prime_default``
   until the first one. The target step time is T(n) = a + b·n in n = tokens in the
   step, fit online by exponentially weighted least squares (forgetting factor
@@ -13,7 +17,7 @@ Rule (per engine step at batch size B, per request with acceptance estimate α):
   per request adds k·b·B, so v(B) = b·B / (a + b·B): ~0 at small B (fixed overhead
   dominates), -> 1 at large B, which switches speculation off under load. v = 0
   until a fit exists.
-- Speedup S(k) = E[N](α,k) / (1 + k·(c' + v(B))), S(0) = 1. k* = argmax over
+- Speedup S(k) = E[N](α,k) / (1 + σ(B) + k·(c' + v(B))), S(0) = 1. k* = argmax over
   0..k_max, ties to the smaller k; k = k* if S(k*) > 1 + min_gain, else 0.
 - α per request: successes = accepted, trials = accepted + (1 if accepted < drafted
   else 0) per round; α̂ = (w0·α_g + Σ d^age·succ) / (w0 + Σ d^age·trials) with
@@ -22,19 +26,30 @@ Rule (per engine step at batch size B, per request with acceptance estimate α):
   requests' rounds with prior ``prior_alpha`` and decay d per engine step that had
   rounds. Rounds with no drafts carry no information and are ignored.
 - Reasons: k = 0 is "load" when even α = 0.999 gains nothing at this cost (no
-  probing), else "adaptive"; a request held at 0 by "adaptive" gets k = 1 on every
-  ``probe_every``-th such round (0 = never) so that its α can recover.
+  probing), else "adaptive".
+- Probing, so that a request held at 0 by "adaptive" can recover: on probe steps
+  every such request gets k = 1, all in the same step (a step with drafts pays σ
+  once, however many rows draft). The first probe step comes ``probe_every`` steps
+  after requests began to be held. After a probe step, the pooled acceptance of its
+  probes decides the next interval: if drafting at that acceptance would pay (k > 0
+  by the rule) it is ``probe_every`` again, else it doubles, up to ``probe_max``; so
+  a server where speculation does not pay spends at most about one step in
+  ``probe_max`` on probes. Any request drafting by the rule also resets the interval
+  (verifying steps pay σ anyway, so probing there is cheap). 0 = never probe.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from dataclasses import dataclass
 
 ALPHA_MAX = 0.999  # α̂ never claims certainty: a rejection always pulls it down
 MIN_GAIN = 0.02  # hysteresis: speculate only if the predicted S > 1 + MIN_GAIN
 _A_MIN = 1e-6  # seconds; floor of the fitted intercept, so T(B) > 0 and v(B) < 1
 _MIN_VAR_N = 1e-6  # weighted variance of n below which the slope is not identifiable
+SPEC_WINDOW = 15  # σ: median of this many latest measurements (robust to a slow step)
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -51,45 +66,55 @@ def expected_tokens(alpha: float, k: int) -> float:
     return -math.expm1((k + 1) * math.log(alpha)) / (1.0 - alpha)
 
 
-def speedup(alpha: float, k: int, cost_per_draft: float) -> float:
-    """S(k) = E[N] / (1 + k·cost): tokens per unit of plain-step time (1.0 = no gain).
+def speedup(alpha: float, k: int, cost_per_draft: float, fixed: float = 0.0) -> float:
+    """S(k) = E[N] / (1 + σ + k·cost) for k >= 1, S(0) = 1: tokens per unit of
+    plain-step time (1.0 = no gain).
 
-    ``cost_per_draft`` = c' + v(B), in plain target steps per draft token."""
-    return expected_tokens(alpha, k) / (1.0 + k * cost_per_draft)
+    ``cost_per_draft`` = c' + v(B), in plain target steps per draft token;
+    ``fixed`` = σ(B), the fixed cost of a step that verifies drafts, in plain steps."""
+    if k == 0:
+        return 1.0
+    return expected_tokens(alpha, k) / (1.0 + fixed + k * cost_per_draft)
 
 
-def best_k(alpha: float, cost_per_draft: float, k_max: int, min_gain: float = 0.02) -> int:
+def best_k(alpha: float, cost_per_draft: float, k_max: int, min_gain: float = 0.02,
+           fixed: float = 0.0) -> int:
     """argmax_k S(k) over 0..k_max (ties -> smaller k); 0 unless S(k*) > 1 + min_gain.
 
-    S is unimodal in k: S(k+1) > S(k) iff g(k) = α^(k+1)(1+kc) - c·E[N](k) > 0 and
-    g(k+1) - g(k) = α^(k+1)(α-1)(1+(k+1)c) <= 0, so the first non-increase is the peak.
+    Over k >= 1, S is unimodal: with F = 1 + σ, S(k+1) > S(k) iff
+    g(k) = α^(k+1)(F+kc) - c·E[N](k) > 0, and g(k+1) - g(k) = α^(k+1)(α-1)(F+(k+1)c)
+    <= 0, so the first non-increase is the peak. (With σ > 0, S(1) may be below
+    S(0) = 1 while a larger k pays, so the walk compares neighbours, not the best.)
     """
-    best, best_s, e, p = 0, 1.0, 1.0, 1.0
+    best, best_s, prev, e, p = 0, 1.0, float("-inf"), 1.0, 1.0
     for k in range(1, k_max + 1):
         p *= alpha
         e += p  # E[N](α,k) = Σ_{i<=k} α^i, no cancellation
-        s = e / (1.0 + k * cost_per_draft)
-        if s <= best_s:
+        s = e / (1.0 + fixed + k * cost_per_draft)
+        if s <= prev:
             break
-        best, best_s = k, s
+        prev = s
+        if s > best_s:
+            best, best_s = k, s
     return best if best_s > 1.0 + min_gain else 0
 
 
-def choose_source(candidates: dict[str, tuple[float, int, float]], min_gain: float,
+def choose_source(candidates: dict[str, tuple[float, int, float, float]], min_gain: float,
                   allow_none: bool) -> tuple[str, int]:
     """The draft source with the best predicted speedup for one request and round.
 
-    candidates: source -> (α, k, cost per draft token in plain steps), k >= 1 drafts
-    that source would verify (for n-gram: the drafts it actually found). Returns
+    candidates: source -> (α, k, cost per draft token in plain steps, σ: the fixed cost
+    of a verifying step in plain steps), k >= 1 drafts that source would verify (for
+    n-gram: the drafts it actually found). Returns
     (source, k), the first of the best in the given order on ties; ("none", 0) when
     ``allow_none`` and no candidate reaches S > 1 + min_gain (or there is none).
     Without ``allow_none`` the best candidate is taken whatever its S.
     """
     best, best_s, best_k_ = "none", (1.0 + min_gain) if allow_none else float("-inf"), 0
-    for source, (alpha, k, cost) in candidates.items():
+    for source, (alpha, k, cost, fixed) in candidates.items():
         if k < 1:
             continue
-        s = speedup(alpha, k, cost)
+        s = speedup(alpha, k, cost, fixed)
         if s > best_s:
             best, best_s, best_k_ = source, s, k
     return best, best_k_
@@ -104,7 +129,8 @@ class AdaptiveConfig:
     prior_weight: float = 4.0  # prior strength, in trials
     decay: float = 0.9  # weight kept by past rounds per new round
     min_gain: float = MIN_GAIN  # hysteresis: speculate only if S(k*) > 1 + min_gain
-    probe_every: int = 8  # rounds between k=1 probes of a low-α request; 0 = never
+    probe_every: int = 8  # steps before the first probe of held requests; 0 = never
+    probe_max: int = 128  # the probe interval doubles up to this many steps
     c_prime_default: float = 0.05  # draft cost / plain step, until measured
     ema: float = 0.2  # weight of the newest draft-cost measurement
     fit_decay: float = 0.99  # weight kept by past samples of the T(n) fit per step
@@ -122,18 +148,19 @@ class AdaptiveConfig:
         need(self.min_gain >= 0, f"min_gain must be >= 0, got {self.min_gain!r}")
         need(type(self.probe_every) is int and self.probe_every >= 0,
              f"probe_every must be an int >= 0 (0 disables probing), got {self.probe_every!r}")
+        need(type(self.probe_max) is int and self.probe_max >= self.probe_every,
+             f"probe_max must be an int >= probe_every, got {self.probe_max!r}")
         need(self.c_prime_default >= 0, f"c_prime_default must be >= 0, got {self.c_prime_default!r}")
         need(0.0 < self.ema <= 1.0, f"ema must be in (0, 1], got {self.ema!r}")
         need(0.0 < self.fit_decay <= 1.0, f"fit_decay must be in (0, 1], got {self.fit_decay!r}")
 
 
 class _Req:
-    __slots__ = ("succ", "trials", "streak")
+    __slots__ = ("succ", "trials")
 
     def __init__(self) -> None:
         self.succ = 0.0  # decayed Σ successes
         self.trials = 0.0  # decayed Σ trials
-        self.streak = 0  # rounds held at k=0 for low α (drives probing)
 
 
 class AdaptiveK:
@@ -141,8 +168,8 @@ class AdaptiveK:
 
     Call order per engine step: choose() (or begin_step() when only α and the costs are
     read, as hybrid without adaptive k does) -> observe_draft_step() ->
-    observe_target_step() -> observe_round() per request; forget() when a request
-    finishes (else it is kept)."""
+    observe_target_step() (and observe_spec_overhead() after a verifying step) ->
+    observe_round() per request; forget() when a request finishes (else it is kept)."""
 
     def __init__(self, config: AdaptiveConfig) -> None:
         self.cfg = config
@@ -157,6 +184,16 @@ class AdaptiveK:
         self._b = 0.0  # seconds per token
         self._b_good: float | None = None  # last identifiable slope
         self._c_prime: float | None = None
+        self._spec_s: float | None = None  # seconds a verifying step adds (σ·T)
+        self._spec_samples: deque[float] = deque(maxlen=SPEC_WINDOW)
+        self._spec_first_seen = False
+        # probing: steps counted by choose() (not under load), next probe step
+        self._step = 0
+        self._probe_interval = config.probe_every
+        self._next_probe: int | None = None  # None while no request is held at 0
+        self._probing: set[str] = set()  # probed at the last probe step, not yet observed
+        self._probe_step: int | None = None  # that step, until its outcome is booked
+        self._probe_succ = self._probe_trials = 0.0
 
     # -- acceptance -------------------------------------------------------------
     def observe_round(self, req_id: str, drafted: int, accepted: int) -> None:
@@ -166,6 +203,10 @@ class AdaptiveK:
         if drafted == 0:
             return  # no information; decaying would drift α̂ to the prior
         succ, trials = accepted, accepted + (1 if accepted < drafted else 0)
+        if req_id in self._probing:
+            self._probing.discard(req_id)
+            self._probe_succ += succ
+            self._probe_trials += trials
         d = self.cfg.decay
         r = self._reqs.get(req_id)
         if r is None:
@@ -233,6 +274,24 @@ class AdaptiveK:
         e = self.cfg.ema
         self._c_prime = ratio if self._c_prime is None else (1 - e) * self._c_prime + e * ratio
 
+    def observe_spec_overhead(self, seconds: float) -> None:
+        """Seconds a step spent on what only a verifying step runs (the exact
+        rejection sampler), measured on a step that verified drafts."""
+        if not seconds >= 0:
+            raise ValueError(f"need seconds >= 0, got {seconds!r}")
+        if not self._spec_first_seen:  # the first exact call imports and allocates
+            self._spec_first_seen = True
+            return
+        self._spec_samples.append(seconds)
+        self._spec_s = statistics.median(self._spec_samples)
+
+    def fixed_cost(self, batch_size: int) -> float:
+        """σ(B): the fixed cost of a verifying step, in plain steps at batch B."""
+        t = self.step_time(batch_size)
+        if self._spec_s is None or not t:
+            return 0.0
+        return self._spec_s / t
+
     def c_prime(self) -> float:
         """Draft cost per draft token, in plain target steps."""
         return self.cfg.c_prime_default if self._c_prime is None else self._c_prime
@@ -259,10 +318,12 @@ class AdaptiveK:
         "adaptive" if α is too low, "load" if no α could pay for drafts at this batch."""
         self.begin_step()
         c = self.cfg
-        cost = self.cost_per_draft(batch_size)
-        if best_k(ALPHA_MAX, cost, c.k_max, c.min_gain) == 0:
-            return {rid: (0, "load") for rid in req_ids}  # streaks pause: no probes under load
+        cost, fixed = self.cost_per_draft(batch_size), self.fixed_cost(batch_size)
+        if best_k(ALPHA_MAX, cost, c.k_max, c.min_gain, fixed) == 0:
+            return {rid: (0, "load") for rid in req_ids}  # no probes under load
+        self._step += 1
         out: dict[str, tuple[int, str]] = {}
+        held: list[str] = []
         reqs, w = self._reqs, c.prior_weight
         wg = w * self.global_alpha()  # once per step, not per request
         for rid in req_ids:
@@ -270,24 +331,51 @@ class AdaptiveK:
             if r is None:
                 r = reqs[rid] = _Req()
             a = min(max((wg + r.succ) / (w + r.trials), 0.0), ALPHA_MAX)  # == self.alpha(rid)
-            k = best_k(a, cost, c.k_max, c.min_gain)
-            if k > 0:
-                r.streak = 0
-                out[rid] = (k, "")
-                continue
-            r.streak += 1
-            if c.probe_every and r.streak % c.probe_every == 0:
-                out[rid] = (1, "")
-            else:
-                out[rid] = (0, "adaptive")
+            k = best_k(a, cost, c.k_max, c.min_gain, fixed)
+            out[rid] = (k, "") if k > 0 else (0, "adaptive")
+            if k == 0:
+                held.append(rid)
+        self._probe(held, drafting=len(held) < len(req_ids), out=out, cost=cost, fixed=fixed)
         return out
 
+    def _probe(self, held: list[str], drafting: bool, out: dict, cost: float,
+               fixed: float) -> None:
+        """Give every held request k = 1 on probe steps (see the module docstring)."""
+        c = self.cfg
+        if self._probe_step is not None:  # book the last probe step's outcome
+            trials = self._probe_trials
+            paid = trials > 0 and best_k(min(self._probe_succ / trials, ALPHA_MAX), cost,
+                                         c.k_max, c.min_gain, fixed) > 0
+            self._probe_interval = c.probe_every if paid else \
+                min(2 * self._probe_interval, c.probe_max)
+            self._next_probe = self._probe_step + self._probe_interval
+            self._probe_step, self._probing = None, set()
+            self._probe_succ = self._probe_trials = 0.0
+        if drafting:  # verifying steps happen anyway: probing is cheap again
+            self._probe_interval = c.probe_every
+            if self._next_probe is not None:
+                self._next_probe = min(self._next_probe, self._step + c.probe_every)
+        if not held or not c.probe_every:
+            self._next_probe = None
+            return
+        if self._next_probe is None:
+            self._next_probe = self._step + self._probe_interval - 1
+        if self._step < self._next_probe:
+            return
+        for rid in held:
+            out[rid] = (1, "")
+        self._probing = set(held)
+        self._probe_step = self._step
+
     def snapshot(self) -> dict:
-        """For metrics/logs: a (s), b (s/token), c_prime, global_alpha, tracked_requests."""
+        """For metrics/logs: a (s), b (s/token), spec_s (s), c_prime, global_alpha,
+        probe_interval (steps), tracked_requests."""
         return {
             "a": self._a,
             "b": self._b,
+            "spec_s": self._spec_s,
             "c_prime": self.c_prime(),
+            "probe_interval": self._probe_interval,
             "global_alpha": self.global_alpha(),
             "tracked_requests": len(self._reqs),
         }

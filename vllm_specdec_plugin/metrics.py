@@ -15,7 +15,7 @@ This module imports prometheus_client only (a vLLM dependency), never vLLM itsel
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 _K_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32)
 _RATE_BUCKETS = tuple(i / 10 for i in range(1, 11))
@@ -115,10 +115,10 @@ class ProposerMetrics:
         for k in ks:
             self._k.observe(k)
 
-    def sources(self, chosen: Iterable[str]) -> None:
-        """One request-round per entry: "draft", "ngram" or "none"."""
-        for src in chosen:
-            self._source[src].inc()
+    def sources(self, rounds: Mapping[str, int]) -> None:
+        """Request-rounds by source: "draft", "ngram" or "none" -> count."""
+        for src, n in rounds.items():
+            self._source[src].inc(n)
 
     def backed_off(self, num_requests: int) -> None:
         self._backed_off.set(num_requests)

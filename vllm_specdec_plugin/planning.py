@@ -3,7 +3,7 @@
 A request gets n-gram drafts (ready at once, point masses), a draft-model plan (the
 committed tokens the draft has not seen, then k passes), or nothing this round (the
 reason is counted). In hybrid mode the source is chosen per request and round by
-predicted speedup S = E[N](α, k) / (1 + k·cost) from that source's measured
+predicted speedup S = E[N](α, k) / (1 + σ + k·cost) from that source's measured
 acceptance for the request and its measured cost (``adaptive.choose_source``).
 Lazy draft prefill is chunked under a per-round token budget so a long prompt joining
 a busy batch costs at most that budget per step.
@@ -47,8 +47,9 @@ class Plan:
 
 # (k, reason-if-0) per request id, per draft source, from the adaptive controllers
 Choices = dict[str, dict[str, tuple[int, str]]]
-# per draft source: (α of a request id, cost of one draft token in plain steps)
-Estimates = dict[str, tuple[Callable[[str], float], float]]
+# per draft source: (α of a request id, cost of one draft token in plain steps,
+# fixed cost σ of a verifying step in plain steps)
+Estimates = dict[str, tuple[Callable[[str], float], float, float]]
 
 
 class Planner:
@@ -96,21 +97,21 @@ class Planner:
         """Whichever of n-gram and draft model predicts the larger speedup for this
         request now (n-gram: at the number of drafts it found), or none when adaptive
         and neither pays."""
-        candidates: dict[str, tuple[float, int, float]] = {}
+        candidates: dict[str, tuple[float, int, float, float]] = {}
         reason = "ngram_miss"
         drafts: list[int] = []
         k_ng, why = _chosen_k(choices, "ngram", req_id, self.k, k_room)
         if k_ng:
             drafts = self._ngram_drafts(req, committed_row, length, k_ng)
             if drafts:
-                alpha, cost = estimates["ngram"]
-                candidates["ngram"] = (alpha(req_id), len(drafts), cost)
+                alpha, cost, fixed = estimates["ngram"]
+                candidates["ngram"] = (alpha(req_id), len(drafts), cost, fixed)
         else:
             reason = why
         k_d, why = _chosen_k(choices, "draft", req_id, self.k, k_room)
         if k_d:
-            alpha, cost = estimates["draft"]
-            candidates["draft"] = (alpha(req_id), k_d, cost)
+            alpha, cost, fixed = estimates["draft"]
+            candidates["draft"] = (alpha(req_id), k_d, cost, fixed)
         else:
             reason = why or reason
         source, k = choose_source(candidates, MIN_GAIN, allow_none=self.config.adaptive)

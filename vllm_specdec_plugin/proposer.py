@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -93,6 +94,7 @@ class DraftModelProposer:
         self.requests: dict[str, RequestState] = {}
         self.grammars = DraftGrammars(vllm_config)  # structured output: masks the drafts
         self.stats = ProposerStats()
+        self._step_no_draft: Counter[str] = Counter()  # this step's no-draft rounds, by reason
         self.draft_seconds = 0.0   # wall time spent in draft rounds (for c')
         self.draft_forwards = 0
         self.metrics = ProposerMetrics(str(getattr(mc, "served_model_name", None) or mc.model))
@@ -219,7 +221,8 @@ class DraftModelProposer:
                 choices[src] = c.choose([req_ids[r] for r in rows], batch)
             else:
                 c.begin_step()
-        estimates = {src: (c.alpha, c.cost_per_draft(batch)) for src, c in self.controllers.items()}
+        estimates = {src: (c.alpha, c.cost_per_draft(batch), c.fixed_cost(batch))
+                     for src, c in self.controllers.items()}
         backed_off0 = self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
         model_plans: list[Plan] = []
         ngram_plans: list[Plan] = []
@@ -246,7 +249,12 @@ class DraftModelProposer:
         if any(out):
             self.stats.rounds += 1
         self.metrics.chosen_k(len(d) for d in out if d)
-        self.metrics.sources(self.requests[req_ids[r]].source if out[r] else "none" for r in rows)
+        for reason, n in self._step_no_draft.items():
+            self.metrics.no_draft(reason, n)
+            self.metrics.chosen_k((0,) * n)
+        self._step_no_draft.clear()
+        self.metrics.sources(Counter(self.requests[req_ids[r]].source if out[r] else "none"
+                                     for r in rows))
         self.metrics.backed_off(self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
                                 - backed_off0)
         if self.allocator is not None:
@@ -333,6 +341,7 @@ class DraftModelProposer:
         round) are not recorded: their cost says nothing about decoding.
         """
         if self._step_t0 is None:
+            runner_hooks.take_exact_sampler_seconds(self.runner)  # not this step's
             return
         seconds = time.perf_counter() - self._step_t0
         self._step_t0 = None
@@ -345,8 +354,13 @@ class DraftModelProposer:
             num_tokens += 1 + len(req.drafted)  # the target ran L+1 .. L+1+k for this row
         emitted = sum(len(s) for s in sampled_token_ids)
         self.metrics.target_step("verify" if verify else "plain", seconds, emitted)
+        # The exact sampler runs only on verifying steps: priced apart as sigma, so the
+        # T(n) fit sees the forward's cost per token, not a jump at the first draft.
+        exact_s = min(runner_hooks.take_exact_sampler_seconds(self.runner), seconds)
         for c in self.controllers.values():
-            c.observe_target_step(seconds, num_tokens)
+            c.observe_target_step(seconds - exact_s, num_tokens)
+            if verify:
+                c.observe_spec_overhead(exact_s)
 
     def _verified(self, req_id: str, num_accepted: int, committed_row: np.ndarray) -> None:
         """Book the verification of a request's last drafts and roll the draft KV back."""
@@ -367,10 +381,10 @@ class DraftModelProposer:
         plan.req.source = source
 
     def _no_draft(self, reason: str) -> None:
-        """Count a request-round decoded without drafts (k = 0 this round)."""
+        """Count a request-round decoded without drafts (k = 0 this round); the metrics
+        get the step's counts once, at the end of propose()."""
         self.stats.no_draft[reason] += 1
-        self.metrics.no_draft(reason)
-        self.metrics.chosen_k((0,))
+        self._step_no_draft[reason] += 1
 
     def _generator_for(self, req_id: str) -> torch.Generator | None:
         seed = getattr(runner_hooks.sampling_params(self.runner, req_id), "seed", None)

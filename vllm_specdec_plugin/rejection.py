@@ -169,6 +169,35 @@ def rejection_sample(
     return output, num_accepted
 
 
+def greedy_verify(
+    draft_token_ids: torch.Tensor,  # [B, K] int64, placeholder-padded past num_draft
+    num_draft_tokens: torch.Tensor,  # [B] int64 in 0..K
+    target_argmax: torch.Tensor,  # [B, K + 1] int64: argmax of p_j (ties: lowest id)
+) -> torch.Tensor:
+    """Output token ids [B, K + 1] int64 of an all-greedy batch, from the argmaxes alone.
+
+    What ``rejection_sample`` returns when every row is greedy and p_j is the one-hot
+    of ``target_argmax[:, j]``: drafts accepted while they equal the argmax, then the
+    argmax at the first mismatch (or after the last draft), then placeholders. It
+    skips building p [B, K + 1, V]: for greedy rows whose logits no processor changes,
+    the argmax of the raw logits is all the rejection step needs.
+    """
+    batch, max_k = draft_token_ids.shape
+    device = target_argmax.device
+    drafts = draft_token_ids.to(device=device, dtype=torch.long)
+    positions = torch.arange(max_k, device=device)
+    in_draft = positions.unsqueeze(0) < num_draft_tokens.to(device).unsqueeze(1)  # [B, K]
+    accept = (drafts == target_argmax[:, :max_k]) & in_draft
+    num_accepted = accept.long().cumprod(dim=1).sum(dim=1)  # [B]
+    output = torch.full((batch, max_k + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.long,
+                        device=device)
+    keep = positions.unsqueeze(0) < num_accepted.unsqueeze(1)
+    output[:, :max_k] = torch.where(keep, drafts, PLACEHOLDER_TOKEN_ID)
+    final = target_argmax.gather(1, num_accepted.unsqueeze(1))  # [B, 1]
+    output.scatter_(1, num_accepted.unsqueeze(1), final)
+    return output
+
+
 def rejection_sample_reference(
     draft_token_ids: torch.Tensor,  # [B, K] int64, placeholder-padded past num_draft
     num_draft_tokens: torch.Tensor,  # [B] int64 in 0..K

@@ -36,16 +36,17 @@ def draw_accepted(rng: random.Random, alpha: float, k: int) -> int:
     return n
 
 
-def brute_s(alpha: float, cost: float, k_max: int) -> list[Fraction]:
+def brute_s(alpha: float, cost: float, k_max: int, fixed: float = 0.0) -> list[Fraction]:
     """S(0..k_max) from the closed form, in exact arithmetic on the float inputs."""
-    a, c = Fraction(alpha), Fraction(cost)
-    return [((1 - a ** (k + 1)) / (1 - a) if a != 1 else Fraction(k + 1)) / (1 + k * c)
-            for k in range(k_max + 1)]
+    a, c, f = Fraction(alpha), Fraction(cost), Fraction(fixed)
+    return [Fraction(1)] + [((1 - a ** (k + 1)) / (1 - a) if a != 1 else Fraction(k + 1))
+                            / (1 + f + k * c) for k in range(1, k_max + 1)]
 
 
-def brute_best_k(alpha: float, cost: float, k_max: int, min_gain: float) -> int:
+def brute_best_k(alpha: float, cost: float, k_max: int, min_gain: float,
+                 fixed: float = 0.0) -> int:
     """argmax over the closed form, smallest k among the maxima, then the min_gain rule."""
-    values = brute_s(alpha, cost, k_max)
+    values = brute_s(alpha, cost, k_max, fixed)
     top = max(values)
     k_star = values.index(top)  # first index = smallest k on ties
     return k_star if top > 1 + Fraction(min_gain) else 0
@@ -99,7 +100,7 @@ def test_speedup_at_zero_drafts_is_one():
     for i in range(100):
         for c in (0.0, 0.01, 0.5, 1.0, 3.0):
             assert speedup(i / 100, 0, c) == 1.0
-    assert speedup(0.5, 2, 0.25) == pytest.approx(1.75 / 1.5)
+    assert speedup(0.5, 2, 0.25, 0.0) == pytest.approx(1.75 / 1.5)
 
 
 def test_best_k_matches_brute_force_grid():
@@ -125,12 +126,27 @@ def test_best_k_matches_brute_force_grid():
     assert near_ties <= 30, near_ties  # float rounding at ties, not a systematic difference
 
 
+def test_best_k_with_fixed_cost_matches_brute_force_grid():
+    mismatches = 0
+    for ai in range(0, 100, 3):
+        for ci in range(0, 101, 4):
+            for fixed in (0.05, 0.3, 1.0, 2.5):
+                a, c = ai / 100, ci / 100
+                got, want = best_k(a, c, 8, 0.02, fixed), brute_best_k(a, c, 8, 0.02, fixed)
+                if got != want:
+                    top = max(brute_s(a, c, 8, fixed))
+                    assert abs(top - Fraction(1.02)) <= 1e-12 or \
+                        abs(brute_s(a, c, 8, fixed)[got] - top) <= 1e-12 * top, (a, c, fixed)
+                    mismatches += 1
+    assert mismatches <= 5
+
+
 def test_best_k_ties_and_min_gain():
     # S(0) = S(1) = 1 exactly (α = c = 0.5): the smaller k wins
-    assert speedup(0.5, 1, 0.5) == 1.0
+    assert speedup(0.5, 1, 0.5, 0.0) == 1.0
     assert best_k(0.5, 0.5, 4, min_gain=0.0) == 0
     # S(1) = S(2) = 1.25 exactly in floats (α = 0.5, c = 0.2): the smaller k wins
-    assert speedup(0.5, 1, 0.2) == speedup(0.5, 2, 0.2) == 1.25
+    assert speedup(0.5, 1, 0.2, 0.0) == speedup(0.5, 2, 0.2, 0.0) == 1.25
     assert best_k(0.5, 0.2, 4, min_gain=0.0) == 1
     # min_gain: S(1) = 1.25 speculates at gain 0.2, not at 0.25 (strictly greater needed)
     assert best_k(0.5, 0.2, 4, min_gain=0.2) == 1
@@ -170,48 +186,115 @@ def test_phase_switch_is_tracked(seed):
     assert max(tail) <= 4
 
 
-def test_probing_cadence_and_recovery():
-    cfg = AdaptiveConfig(k_max=4, c_prime_default=0.05, probe_every=8)
-    ak = AdaptiveK(cfg)
-    # everything rejected: α̂ falls until k = 0 for low α (not load: cost is tiny)
+def _hold(ak: AdaptiveK, rid: str = "r") -> None:
+    """Reject everything until the rule holds ``rid`` at k = 0 (that choose() was step 1
+    of the hold)."""
     for _ in range(100):
-        k, why = ak.choose(["r"], 1)["r"]
+        k, why = ak.choose([rid], 1)[rid]
         if k == 0:
             break
-        ak.observe_round("r", k, 0)
+        ak.observe_round(rid, k, 0)
     assert (k, why) == (0, "adaptive")
-    # this was round 1 of the k=0 streak; probes land on rounds 8, 16, 24, 32
-    seen = [(k, why)]
-    for _ in range(31):
+
+
+def test_probing_cadence_backs_off_and_recovers():
+    cfg = AdaptiveConfig(k_max=4, c_prime_default=0.05, probe_every=8, probe_max=32)
+    ak = AdaptiveK(cfg)
+    _hold(ak)
+    # probes land on held steps 8, then 16 and 32 steps later (doubling while nobody
+    # drafts by the rule), then every 32 (probe_max)
+    seen = [(0, "adaptive")]
+    for _ in range(8 + 16 + 32 + 32 + 31):
         k, why = ak.choose(["r"], 1)["r"]
         seen.append((k, why))
         ak.observe_round("r", k, 0)  # probes rejected too
-    for j, kw in enumerate(seen, start=1):
-        assert kw == ((1, "") if j % 8 == 0 else (0, "adaptive")), (j, kw)
-    # acceptance rises: probes are accepted, and k > 0 comes back by the rule
+    probes = [j for j, kw in enumerate(seen, start=1) if kw == (1, "")]
+    assert probes == [8, 24, 56, 88, 120], probes
+    assert all(kw == (0, "adaptive") for j, kw in enumerate(seen, start=1) if j not in probes)
+    # acceptance rises: a probe is accepted, and k > 0 comes back by the rule
     ks = []
     for _ in range(40):
         k, why = ak.choose(["r"], 1)["r"]
         ks.append(k)
         ak.observe_round("r", k, k)
     first = next(i for i, k in enumerate(ks) if k > 0)
-    assert first < 8  # the next probe (round 40 of the streak)
+    assert first < 32  # the next probe (at most probe_max steps on)
     assert all(k > 0 for k in ks[first:])  # no longer held at 0 once a probe succeeds
     assert ks[-1] == 4
-    # k > 0 ends a streak; falling back to k = 0 starts a fresh one (probe 8 rounds on)
+    # drafting by the rule resets the interval: falling back to k = 0, the first
+    # probe is probe_every steps on again
     for _ in range(2):
-        for _ in range(100):
-            k, why = ak.choose(["r"], 1)["r"]
-            if k == 0:
-                break
-            ak.observe_round("r", k, 0)
-        assert why == "adaptive"
-        again = [ak.choose(["r"], 1)["r"][0] for _ in range(15)]  # no rounds observed
-        assert again == [0] * 6 + [1] + [0] * 7 + [1]
-        assert [ak.choose(["r"], 1)["r"][0] for _ in range(3)] == [0, 0, 0]  # round 19
-        for _ in range(3):  # recover mid-streak, not on a probe round
+        _hold(ak)
+        again = [ak.choose(["r"], 1)["r"][0] for _ in range(23)]  # no rounds observed
+        assert again == [0] * 6 + [1] + [0] * 15 + [1]
+        for _ in range(3):  # recover between probes
             ak.observe_round("r", 4, 4)
         assert ak.choose(["r"], 1)["r"][0] > 0
+
+
+def test_probes_of_held_requests_share_one_step():
+    # a verifying step pays sigma once, so every held request probes in the same step
+    ak = AdaptiveK(AdaptiveConfig(k_max=4, c_prime_default=0.05, probe_every=4, probe_max=64))
+    ids = [f"r{i}" for i in range(6)]
+    for _ in range(100):
+        out = ak.choose(ids, 1)
+        if all(k == 0 for k, _ in out.values()):
+            break
+        for rid, (k, _) in out.items():
+            ak.observe_round(rid, k, 0)
+    steps = []
+    for step in range(1, 200):
+        out = ak.choose(ids, 1)
+        ks = {k for k, _ in out.values()}
+        assert ks in ({0}, {1}), out  # all probe, or none does
+        if ks == {1}:
+            steps.append(step)
+    assert steps == [3, 11, 27, 59, 123, 187], steps  # intervals 4 (first), 8, 16, 32, 64, 64
+    # a drafting request makes probing cheap again: held ones probe every probe_every
+    ak.observe_round("good", 4, 4)
+    for _ in range(20):
+        ak.observe_round("good", 4, 4)
+    probes = []
+    for step in range(12):
+        out = ak.choose(ids + ["good"], 1)
+        assert out["good"][0] > 0
+        probes.append(out["r0"][0])
+    assert sum(probes) >= 2, probes
+
+
+def test_fixed_cost_of_a_verifying_step_is_priced():
+    ak = AdaptiveK(AdaptiveConfig(k_max=8, c_prime_default=0.0, probe_every=0))
+    for n, t in ((1, 0.010), (2, 0.011), (1, 0.010), (3, 0.012)):
+        ak.observe_target_step(t, n)
+    for _ in range(30):
+        ak.observe_round("r", 1, 0)  # α ~ 0.2: drafts pay only if verifying is free
+        ak.observe_round("r", 1, 1)
+        ak.observe_round("r", 1, 0)
+        ak.observe_round("r", 1, 0)
+        ak.observe_round("r", 1, 0)
+    assert ak.fixed_cost(1) == 0.0
+    assert ak.choose(["r"], 1)["r"][0] > 0
+    ak.observe_spec_overhead(0.5)  # the first call pays one-time set-up: skipped
+    assert ak.fixed_cost(1) == 0.0
+    ak.observe_spec_overhead(0.003)  # the exact sampler: 0.3 plain steps at batch 1
+    assert ak.fixed_cost(1) == pytest.approx(0.003 / ak.step_time(1))
+    ak.observe_spec_overhead(0.4)  # one slow step does not move the median
+    ak.observe_spec_overhead(0.003)
+    assert ak.fixed_cost(1) == pytest.approx(0.003 / ak.step_time(1))
+    assert ak.choose(["r"], 1)["r"] == (0, "adaptive")
+    with pytest.raises(ValueError):
+        ak.observe_spec_overhead(-1.0)
+
+
+def test_best_k_with_a_fixed_cost_looks_past_k1():
+    # S(1) < 1 = S(0) < S(k*): the walk must not stop at k = 1
+    alpha, cost, fixed = 0.95, 0.02, 1.0
+    assert speedup(alpha, 1, cost, fixed) < 1.0
+    k = best_k(alpha, cost, 8, 0.02, fixed)
+    assert k > 1 and speedup(alpha, k, cost, fixed) > 1.02
+    values = [speedup(alpha, j, cost, fixed) for j in range(9)]
+    assert k == max(range(1, 9), key=lambda j: (values[j], -j))
+    assert speedup(alpha, 0, cost, fixed) == 1.0
 
 
 def test_new_requests_start_at_global_prior_and_forget():
@@ -310,8 +393,8 @@ def test_draft_cost_is_measured_relative_to_target_step():
     assert ak.snapshot()["c_prime"] == ak.c_prime()
 
 
-def _loaded(a: float, b: float, prior_alpha: float) -> AdaptiveK:
-    ak = AdaptiveK(AdaptiveConfig(k_max=8, prior_alpha=prior_alpha))
+def _loaded(a: float, b: float, prior_alpha: float, probe_every: int = 8) -> AdaptiveK:
+    ak = AdaptiveK(AdaptiveConfig(k_max=8, prior_alpha=prior_alpha, probe_every=probe_every))
     feed_linear(ak, a, b)
     for m in (1, 8, 64, 256):  # draft forward = 0.1 target step at the same batch
         ak.observe_draft_step(2 * 0.1 * (a + b * m), 2, m)
@@ -333,10 +416,10 @@ def test_load_switches_speculation_off():
 @pytest.mark.parametrize("a,b", [(0.02, 2e-5), (0.01, 5e-4)])
 @pytest.mark.parametrize("prior_alpha", [0.3, 0.6, 0.9, 0.999])
 def test_k_non_increasing_in_batch(a, b, prior_alpha):
-    ak = _loaded(a, b, prior_alpha)
+    ak = _loaded(a, b, prior_alpha, probe_every=0)  # the rule alone, no probe steps
     ks, reasons = [], []
     for batch in range(1, 257):
-        k, why = ak.choose([f"q{batch}"], batch)[f"q{batch}"]  # fresh id: no probe streak
+        k, why = ak.choose([f"q{batch}"], batch)[f"q{batch}"]
         ks.append(k)
         reasons.append(why)
     assert all(x >= y for x, y in zip(ks, ks[1:])), ks
@@ -386,7 +469,7 @@ def test_module_imports_only_stdlib():
             names |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             names.add((node.module or "").split(".")[0])
-    assert names <= {"__future__", "math", "dataclasses"}, names
+    assert names <= {"__future__", "math", "statistics", "collections", "dataclasses"}, names
 
 
 # ------------------------------------------------------------- source choice (hybrid)
@@ -394,26 +477,26 @@ def test_module_imports_only_stdlib():
 
 def test_choose_source_takes_the_larger_predicted_speedup():
     # Fresh request, default costs: 2 n-gram drafts (free) beat the model at k = 4 ...
-    cands = {"ngram": (0.6, 2, 0.0), "draft": (0.6, 4, 0.05)}
+    cands = {"ngram": (0.6, 2, 0.0, 0.0), "draft": (0.6, 4, 0.05, 0.0)}
     assert choose_source(cands, 0.02, allow_none=True) == ("ngram", 2)
     # ... 1 n-gram draft does not (1.6 < 2.31 / 1.2).
-    cands["ngram"] = (0.6, 1, 0.0)
+    cands["ngram"] = (0.6, 1, 0.0, 0.0)
     assert choose_source(cands, 0.02, allow_none=True) == ("draft", 4)
     # A request whose n-gram drafts keep failing goes to the model even with 4 of them.
-    cands = {"ngram": (0.1, 4, 0.0), "draft": (0.8, 4, 0.05)}
+    cands = {"ngram": (0.1, 4, 0.0, 0.0), "draft": (0.8, 4, 0.05, 0.0)}
     assert choose_source(cands, 0.02, allow_none=True) == ("draft", 4)
     # ... and the other way round.
-    cands = {"ngram": (0.9, 3, 0.0), "draft": (0.3, 4, 0.05)}
+    cands = {"ngram": (0.9, 3, 0.0, 0.0), "draft": (0.3, 4, 0.05, 0.0)}
     assert choose_source(cands, 0.02, allow_none=True) == ("ngram", 3)
 
 
 def test_choose_source_backs_off_only_when_allowed():
     # Under load (v(B) ~ 1) nothing pays: none when adaptive ...
-    cands = {"ngram": (0.5, 2, 0.9), "draft": (0.5, 4, 0.95)}
-    assert speedup(0.5, 2, 0.9) < 1.0 and speedup(0.5, 4, 0.95) < 1.0
+    cands = {"ngram": (0.5, 2, 0.9, 0.0), "draft": (0.5, 4, 0.95, 0.0)}
+    assert speedup(0.5, 2, 0.9, 0.0) < 1.0 and speedup(0.5, 4, 0.95, 0.0) < 1.0
     assert choose_source(cands, 0.02, allow_none=True) == ("none", 0)
     # ... the better of the two with a fixed k (the user asked for drafts).
     assert choose_source(cands, 0.02, allow_none=False) == ("ngram", 2)
     assert choose_source({}, 0.02, allow_none=False) == ("none", 0)
     # Ties go to the first candidate (n-gram is offered first: it costs no draft time).
-    assert choose_source({"ngram": (0.5, 2, 0.0), "draft": (0.5, 2, 0.0)}, 0.0, True) == ("ngram", 2)
+    assert choose_source({"ngram": (0.5, 2, 0.0, 0.0), "draft": (0.5, 2, 0.0, 0.0)}, 0.0, True) == ("ngram", 2)

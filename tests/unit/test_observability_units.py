@@ -22,7 +22,7 @@ def test_metrics_follow_prometheus_conventions():
     m.chosen_k([4, 0])
     m.no_draft("pool_full")
     m.kv_blocks(3, 40)
-    m.sources(["draft", "ngram", "none", "draft"])
+    m.sources({"draft": 2, "ngram": 1, "none": 1})
     m.backed_off(2)
     text = generate_latest(REGISTRY).decode()
     lines = [l for l in text.splitlines() if 'model_name="unit-model"' in l]

@@ -27,6 +27,7 @@ import torch
 
 from vllm_specdec_plugin.rejection import (
     PLACEHOLDER_TOKEN_ID,
+    greedy_verify,
     rejection_sample,
     rejection_sample_reference,
 )
@@ -460,6 +461,21 @@ def test_greedy_shortcut_by_hand():
         assert out.tolist() == [[2, 0, 1, 3]] and acc.tolist() == [3]  # bonus
         out, acc = fn(torch.tensor([[0, 0, 1]]), n, None, target, greedy, None)
         assert out.tolist() == [[2, -1, -1, -1]] and acc.tolist() == [0]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_greedy_verify_equals_rejection_sample_on_one_hot_p(seed):
+    # The adapter's plain-greedy path must return exactly what the full path returns.
+    g = torch.Generator().manual_seed(seed)
+    batch, max_k, vocab = 6, 5, 7  # small vocab: drafts often hit the argmax
+    argmax = torch.randint(0, vocab, (batch, max_k + 1), generator=g)
+    p = torch.nn.functional.one_hot(argmax, vocab).float()
+    num_draft = torch.randint(0, max_k + 1, (batch,), generator=g)
+    drafts = torch.where(torch.rand(batch, max_k, generator=g) < 0.7, argmax[:, :max_k],
+                         torch.randint(0, vocab, (batch, max_k), generator=g))
+    drafts = torch.where(torch.arange(max_k) < num_draft.unsqueeze(1), drafts, PLACEHOLDER_TOKEN_ID)
+    want, _ = rejection_sample(drafts, num_draft, None, p, torch.ones(batch, dtype=torch.bool))
+    assert torch.equal(greedy_verify(drafts, num_draft, argmax), want)
 
 
 def test_point_mass_rejection_recovers_from_p_without_the_draft():

@@ -12,7 +12,9 @@ How:
   - ``SpecDecRejectionSampler`` subclasses vLLM's RejectionSampler and replaces
     ``forward``: target logits -> hard constraints -> our sampling pipeline (the same
     one the draft's q goes through) -> ``vllm_specdec_plugin.rejection``. vLLM's
-    ``parse_output`` and logprobs gathering are reused unchanged.
+    ``parse_output`` and logprobs gathering are reused unchanged. A step in which no
+    row has drafts goes to vLLM's plain Sampler, as without speculation (vLLM calls
+    the rejection sampler on every step once a speculative config exists).
   - ``install_worker_patches()`` swaps the module globals ``RejectionSampler`` and
     ``build_logitsprocs`` in ``v1.worker.gpu_model_runner``. It is called from our
     proposer's constructor, which GPUModelRunner.__init__ runs before it builds the
@@ -28,6 +30,7 @@ Remove when: vLLM's own speculative sampling is exact on CPU and honours min_p a
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -96,12 +99,21 @@ def _make_sampler_class(base: type) -> type:
         """vLLM RejectionSampler whose forward runs the plugin's exact rejection sampling."""
 
         runner: Any = None
+        exact_seconds = 0.0  # wall time of the exact path since the proposer last read it
 
         def forward(self, metadata, draft_probs, logits, sampling_metadata):  # noqa: ANN001
+            if metadata.max_spec_len == 0:
+                # No row of this step has drafts (everyone backed off): vLLM still
+                # builds spec-decode metadata whenever a speculative config exists, but
+                # logits are then one row per request, exactly what the runner hands
+                # its Sampler without speculation. Take that path: same tokens, same
+                # logprobs format, and a plain step's cost.
+                return self.sampler(logits=logits, sampling_metadata=sampling_metadata)
             runner = self.runner
             if runner is None or not _batch_known(runner, len(metadata.num_draft_tokens)):
                 # vLLM's warm-up calls (dummy requests): numerics are irrelevant there.
                 return super().forward(metadata, draft_probs, logits, sampling_metadata)
+            t0 = time.perf_counter()
             out = exact_rejection_sample(runner, metadata, draft_probs, logits)
             logprobs = None
             if sampling_metadata.max_num_logprobs is not None:
@@ -109,6 +121,9 @@ def _make_sampler_class(base: type) -> type:
                     sampling_metadata.max_num_logprobs, metadata, logits,
                     logits[metadata.target_logits_indices].float(),
                     logits[metadata.bonus_logits_indices].float(), out)
+            # What a verifying step costs beyond a plain one: the adaptive controller
+            # prices it (sigma). Read on the host after the step's outputs were synced.
+            self.exact_seconds += time.perf_counter() - t0
             return SamplerOutput(sampled_token_ids=out, logprobs_tensors=logprobs)
 
     return SpecDecRejectionSampler
@@ -126,7 +141,8 @@ def exact_rejection_sample(runner: Any, metadata: Any, draft_probs: torch.Tensor
     metadata: vLLM SpecDecodeMetadata; draft_probs [num_draft_tokens_total, V] | None;
     logits [num_draft_tokens_total + B, V] (per request: its draft rows, then bonus).
     """
-    from vllm_specdec_plugin.rejection import PLACEHOLDER_TOKEN_ID, rejection_sample
+    from vllm_specdec_plugin.rejection import (PLACEHOLDER_TOKEN_ID, greedy_verify,
+                                               rejection_sample)
     from vllm_specdec_plugin.sampling.constraints import (apply_constraints,
                                                           constraints_from_sampling_params)
     from vllm_specdec_plugin.sampling.pipeline import SamplingSpec, position_probs
@@ -155,15 +171,21 @@ def exact_rejection_sample(runner: Any, metadata: Any, draft_probs: torch.Tensor
     specs = [SamplingSpec.from_sampling_params(s.sampling_params) for s in states]
     outputs = [s.output_token_ids for s in states]
     constraints = [constraints_from_sampling_params(s.sampling_params) for s in states]
-    if any(c.active for c in constraints):
-        apply_constraints(target_logits, constraints, outputs, drafts)
-    p = position_probs(target_logits, specs, [s.prompt_token_ids or [] for s in states],
-                       outputs, drafts)                                     # [B, K+1, V]
-
     draft_ids = torch.full((B, max(K, 1)), PLACEHOLDER_TOKEN_ID, dtype=torch.int64)
     for b, d in enumerate(drafts):
         if d:
             draft_ids[b, : len(d)] = torch.tensor(d)
+    constrained = any(c.active for c in constraints)
+    if not constrained and all(s.takes_raw_argmax for s in specs):
+        # Plain greedy batch: p_j would be the one-hot of argmax(logits_j); skip it.
+        out = greedy_verify(draft_ids[:, :K].to(dev), torch.tensor(num_draft, device=dev),
+                            target_logits.argmax(dim=-1))
+        return out.to(torch.int32)
+    if constrained:
+        apply_constraints(target_logits, constraints, outputs, drafts)
+    p = position_probs(target_logits, specs, [s.prompt_token_ids or [] for s in states],
+                       outputs, drafts)                                     # [B, K+1, V]
+
     q = None
     if draft_probs is not None:
         q = torch.zeros((B, max(K, 1), V), dtype=torch.float32, device=dev)

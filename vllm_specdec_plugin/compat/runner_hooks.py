@@ -61,6 +61,15 @@ def bind_sampler(runner: Any) -> None:
         sampler.runner = runner
 
 
+def take_exact_sampler_seconds(runner: Any) -> float:
+    """Seconds our rejection sampler's exact path ran since the last call (then 0)."""
+    sampler = getattr(runner, "rejection_sampler", None)
+    seconds = getattr(sampler, "exact_seconds", 0.0)
+    if seconds:
+        sampler.exact_seconds = 0.0
+    return seconds
+
+
 def batch_req_ids(runner: Any) -> list[str]:
     """Request ids of the persistent batch rows, in the order propose() receives them."""
     return runner.input_batch.req_ids

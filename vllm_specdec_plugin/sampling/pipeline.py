@@ -107,6 +107,13 @@ class SamplingSpec:
         """True when the request takes the argmax (vLLM `SamplingType.GREEDY`)."""
         return self.temperature < SAMPLING_EPS
 
+    @property
+    def takes_raw_argmax(self) -> bool:
+        """Greedy with no logit_bias and no penalties: the token is the argmax of the
+        raw logits (min_p, top-k and top-p never change the argmax)."""
+        return (self.is_greedy and not self.logit_bias and self.repetition_penalty == 1.0
+                and self.presence_penalty == 0.0 and self.frequency_penalty == 0.0)
+
     @classmethod
     def from_sampling_params(cls, sp: Any) -> SamplingSpec:
         """Build from a vLLM `SamplingParams` (duck-typed: attributes are only read)."""
