@@ -52,11 +52,19 @@ SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMER
 DROP_KEYS = ("ttfts", "itls", "input_lens", "output_lens", "generated_texts", "errors",
              "start_times")
 WORKLOADS = {"mixed": ("openai", "/v1/completions"), "chat": ("openai-chat", "/v1/chat/completions")}
-FULL = dict(configs=["draft_model-k4", "ngram-k4", "plugin-k4", "plugin-hybrid-adaptive-k8"],
+FULL = dict(configs=["draft_model-k4", "ngram-k4", "suffix-k8", "plugin-k4",
+                     "plugin-hybrid-adaptive-k8"],
             concurrency=[1, 2, 4, 8, 16, 32, 64], rates=[0.5, 1, 2, 4, 8], reps=2, output_len=64)
 SMOKE = dict(configs=["plugin-hybrid-adaptive-k8"], concurrency=[1, 2], rates=[4.0], reps=1,
              output_len=16)
 CONTENDED_CPUS = 0.25
+# /metrics series summed over label sets before and after each cell; their deltas give
+# the cell's acceptance (vLLM's counters, every method) and draft cost (the plugin's).
+SPEC_SERIES = {"vllm:spec_decode_num_drafts_total": "drafts",
+               "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
+               "vllm:spec_decode_num_accepted_tokens_total": "accepted",
+               "specdec_draft_step_seconds_sum": "draft_s",
+               "specdec_draft_step_seconds_count": "draft_rounds"}
 
 
 @dataclass
@@ -135,6 +143,17 @@ class Server:
     def stop(self) -> None:
         stop_process_group(self.proc, signal.SIGINT, 60)
         self.log.close()
+
+    def spec_counters(self) -> dict[str, float]:
+        """SPEC_SERIES from the server's /metrics (0 for a series it does not export)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        out = dict.fromkeys(SPEC_SERIES.values(), 0.0)
+        for line in text.splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in SPEC_SERIES and not line.startswith("#"):
+                out[SPEC_SERIES[name]] += float(line.rsplit(" ", 1)[1])
+        return out
 
 
 def _children_cpu_s() -> float:
@@ -221,8 +240,11 @@ def run(args: argparse.Namespace) -> dict:
                 for s in order:
                     meter.wait_quiet(args.wait_quiet_s)
                     mark, client0 = meter.start(), _children_cpu_s()
+                    spec0 = s.spec_counters()
                     cell = bench(s, workload, load, load.num_prompts(per_load), args, dataset,
                                  out / "last.json", target)
+                    spec1 = s.spec_counters()
+                    cell["spec"] = {k: round(spec1[k] - spec0[k], 6) for k in spec0}
                     # The load generator is ours too: its CPU (a reaped child) is not foreign.
                     wall = max(time.monotonic() - mark[0], 1e-6)
                     foreign = max(0.0, meter.cpu_share(mark) - (_children_cpu_s() - client0) / wall)
@@ -249,7 +271,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true",
                     help="CI harness check: ci pair, eager, 2 configs, 2 concurrencies, 1 rate, 1 rep")
-    ap.add_argument("--pair", default=None, help="fixture pair (default bench; ci with --smoke)")
+    ap.add_argument("--pair", default=None, help="fixture pair: bench (default), nopay, ci (default with --smoke)")
     ap.add_argument("--configs", default=None, help="comma-separated table names (nospec always)")
     ap.add_argument("--workloads", default="mixed,chat")
     ap.add_argument("--concurrency", default=None, help="comma-separated, e.g. 1,2,4,8,16,32,64")

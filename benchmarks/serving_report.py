@@ -4,6 +4,13 @@ Per workload and load kind (fixed concurrency, Poisson rate): each configuration
 output throughput and median / p99 TPOT against load, its ratio to no speculation
 (paired per repetition, median over repetitions), and the crossover: the lowest load
 from which the configuration no longer beats no speculation on throughput.
+
+At concurrency 1, the analytic bound per speculative configuration from what the same
+cell measured: α = accepted / draft tokens and E[N] = 1 + accepted / drafts (vLLM's
+counters), k̄ = draft tokens / drafts, c' = draft seconds per drafted token (the
+plugin's draft-step histogram; in-tree methods export none) over no speculation's
+median TPOT in the same repetition, S = E[N] / (1 + k̄·c'), and the measured TPOT
+speedup over S (efficiency).
 """
 
 from __future__ import annotations
@@ -55,6 +62,28 @@ def crossovers(res: dict) -> dict:
     return out
 
 
+def bound_rows(res: dict) -> list[dict]:
+    """Concurrency-1 cells of speculative configs: α, E[N], k̄, c', S, TPOT speedup, per rep."""
+    base = {(c["workload"], c["repetition"]): c.get("median_tpot_ms") for c in res["cells"]
+            if c["config"] == BASELINE and c.get("max_concurrency") == 1}
+    rows = []
+    for c in res["cells"]:
+        sp, t0 = c.get("spec"), base.get((c["workload"], c["repetition"]))
+        if c["config"] == BASELINE or c.get("max_concurrency") != 1 or not sp or not t0:
+            continue
+        row = {"config": c["config"], "workload": c["workload"], "repetition": c["repetition"],
+               "tpot_speedup": t0 / c["median_tpot_ms"] if c.get("median_tpot_ms") else None}
+        if sp["drafts"] and sp["draft_tokens"]:
+            k_bar = sp["draft_tokens"] / sp["drafts"]
+            row.update(alpha=sp["accepted"] / sp["draft_tokens"], k_bar=k_bar,
+                       e_n=1 + sp["accepted"] / sp["drafts"])
+            if sp["draft_rounds"]:   # plugin only: one draft round per drafting step at c=1
+                row["c_prime"] = sp["draft_s"] / sp["draft_tokens"] / (t0 / 1e3)
+                row["bound"] = row["e_n"] / (1 + k_bar * row["c_prime"])
+        rows.append(row)
+    return rows
+
+
 def markdown(res: dict) -> str:
     meta = res["meta"]
     lines = [f"# Serving benchmark ({meta['pair']} pair, {meta['started']})", "",
@@ -88,6 +117,19 @@ def markdown(res: dict) -> str:
         lines += ["", "Crossover (lowest load where throughput falls below no speculation): " +
                   ", ".join(f"{c}: {'never' if v is None else f'{v:g}'}"
                             for c, v in cross[(workload, kind)].items()), ""]
+    rows = bound_rows(res)
+    if rows:
+        lines += ["## Analytic bound at concurrency 1", "",
+                  "| workload | config | rep | α | E[N] | k̄ | c' | bound S | TPOT speedup | eff |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        f = lambda v, d=2: "–" if v is None else f"{v:.{d}f}"  # noqa: E731
+        for r in sorted(rows, key=lambda r: (r["workload"], r["config"], r["repetition"])):
+            eff = r["tpot_speedup"] / r["bound"] if r.get("bound") and r["tpot_speedup"] else None
+            lines.append(f"| {r['workload']} | {r['config']} | {r['repetition']} | "
+                         f"{f(r.get('alpha'))} | {f(r.get('e_n'))} | {f(r.get('k_bar'))} | "
+                         f"{f(r.get('c_prime'), 3)} | {f(r.get('bound'))} | "
+                         f"{f(r['tpot_speedup'])} | {f(eff)} |")
+        lines.append("")
     return "\n".join(lines) + "\n"
 
 

@@ -26,7 +26,9 @@ pip() { "$dest/build-venv/bin/pip" -q --disable-pip-version-check "$@" 2>&1 \
 pip install torch==2.13.0 "nanobind==2.9.2" ninja cmake setuptools wheel grpcio-tools numpy
 # No build isolation: isolation would fetch a CUDA torch (several GB) to satisfy
 # arctic-inference's build requirement on torch.
-pip wheel --no-deps --no-build-isolation -w "$dest/dist" "arctic-inference==$VERSION"
+# CMake's own Python lookup would find the base interpreter, which lacks nanobind.
+CMAKE_ARGS="-DPython_EXECUTABLE=$PWD/$dest/build-venv/bin/python" \
+  pip wheel --no-deps --no-build-isolation -w "$dest/dist" "arctic-inference==$VERSION"
 "$dest/build-venv/bin/pip" install -q --disable-pip-version-check --no-deps \
   --target "$dest/site" "$dest"/dist/arctic_inference-*.whl
 PYTHONPATH="$dest/site" .venv/bin/python -c \

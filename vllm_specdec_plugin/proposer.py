@@ -340,8 +340,8 @@ class DraftModelProposer:
         Steps that ran any prefill (a row still prefilling, or a request's first
         round) are not recorded: their cost says nothing about decoding.
         """
+        exact_s = runner_hooks.take_exact_sampler_seconds(self.runner)  # this step's
         if self._step_t0 is None:
-            runner_hooks.take_exact_sampler_seconds(self.runner)  # not this step's
             return
         seconds = time.perf_counter() - self._step_t0
         self._step_t0 = None
@@ -356,7 +356,7 @@ class DraftModelProposer:
         self.metrics.target_step("verify" if verify else "plain", seconds, emitted)
         # The exact sampler runs only on verifying steps: priced apart as sigma, so the
         # T(n) fit sees the forward's cost per token, not a jump at the first draft.
-        exact_s = min(runner_hooks.take_exact_sampler_seconds(self.runner), seconds)
+        exact_s = min(exact_s, seconds)
         for c in self.controllers.values():
             c.observe_target_step(seconds - exact_s, num_tokens)
             if verify:

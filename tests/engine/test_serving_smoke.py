@@ -32,6 +32,11 @@ def test_serving_benchmark_smoke(ci_pair, tmp_path):
                     "p99_ttft_ms", "median_itl_ms"):
             assert key in c, (key, sorted(c))
         assert ("max_concurrency" in c) != ("request_rate" in c)
+        # the server's speculation counters over the cell (zero without speculation)
+        assert set(c["spec"]) == {"drafts", "draft_tokens", "accepted", "draft_s", "draft_rounds"}
+        if c["config"] == "nospec":
+            assert not any(c["spec"].values()), c["spec"]
     md = (out / "serving.md").read_text()
     assert "Crossover" in md and "plugin-hybrid-adaptive-k8" in md
+    assert "Analytic bound at concurrency 1" in md
     assert (out / "serving.png").stat().st_size > 0

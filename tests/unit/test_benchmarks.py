@@ -267,6 +267,9 @@ def test_config_table_and_selection():
     ng = by["ngram-k4"].speculative_config(None)
     assert ng == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
                   "prompt_lookup_min": 1}
+    assert by["suffix-k8"].speculative_config(None) == {"method": "suffix",
+                                                         "num_speculative_tokens": 8}
+    assert by["suffix-k8"].vllm_plugins == ""   # arctic-inference's own plugin stays unloaded
     assert [c.name for c in select(cfgs, ["plugin-*"])][0] == "nospec"
     with pytest.raises(ValueError):
         select(cfgs, ["nope-*"])
@@ -276,6 +279,18 @@ def test_config_table_and_selection():
     assert x.family == "plugin-x"
     assert x.speculative_config("/d")["draft_load_config"]["model_loader_extra_config"]["specdec"] == {
         "draft_model": "/d", "draft_kv_cache_mib": 64}
+
+
+@pytest.mark.unit
+def test_engine_env_puts_extra_site_on_pythonpath_or_names_the_fix(tmp_path):
+    by = {c.name: c for c in expand()}
+    assert by["plugin-k4"].engine_env(tmp_path) == {"VLLM_PLUGINS": "specdec"}
+    with pytest.raises(FileNotFoundError, match="scripts/install_suffix.sh"):
+        by["suffix-k8"].engine_env(tmp_path)
+    (tmp_path / ".cache/suffix/site").mkdir(parents=True)
+    env = by["suffix-k8"].engine_env(tmp_path)
+    assert env["VLLM_PLUGINS"] == ""
+    assert env["PYTHONPATH"].split(":")[0] == str(tmp_path / ".cache/suffix/site")
 
 
 @pytest.mark.unit

@@ -102,12 +102,15 @@ def _make_sampler_class(base: type) -> type:
         exact_seconds = 0.0  # wall time of the exact path since the proposer last read it
 
         def forward(self, metadata, draft_probs, logits, sampling_metadata):  # noqa: ANN001
-            if metadata.max_spec_len == 0:
+            if metadata.max_spec_len == 0 and not sampling_metadata.generators:
                 # No row of this step has drafts (everyone backed off): vLLM still
                 # builds spec-decode metadata whenever a speculative config exists, but
                 # logits are then one row per request, exactly what the runner hands
                 # its Sampler without speculation. Take that path: same tokens, same
-                # logprobs format, and a plain step's cost.
+                # logprobs format, and a plain step's cost. Not with seeded rows: they
+                # always take the exact path, whose draws per row depend only on that
+                # row's drafts, so a seeded request's output never depends on whether
+                # its batch neighbours drafted in a step.
                 return self.sampler(logits=logits, sampling_metadata=sampling_metadata)
             runner = self.runner
             if runner is None or not _batch_known(runner, len(metadata.num_draft_tokens)):
