@@ -13,8 +13,9 @@ How:
     ``forward``: target logits -> hard constraints -> our sampling pipeline (the same
     one the draft's q goes through) -> ``vllm_specdec_plugin.rejection``. vLLM's
     ``parse_output`` and logprobs gathering are reused unchanged. A step in which no
-    row has drafts goes to vLLM's plain Sampler, as without speculation (vLLM calls
-    the rejection sampler on every step once a speculative config exists).
+    row has drafts and none is seeded goes to vLLM's plain Sampler, as without
+    speculation (vLLM calls the rejection sampler on every step once a speculative
+    config exists); plain-greedy batches verify from the argmax alone.
   - ``install_worker_patches()`` swaps the module globals ``RejectionSampler`` and
     ``build_logitsprocs`` in ``v1.worker.gpu_model_runner``. It is called from our
     proposer's constructor, which GPUModelRunner.__init__ runs before it builds the
