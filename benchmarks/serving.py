@@ -126,6 +126,22 @@ class Server:
                 pass
         return out
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) so far of the API server process, of the engine
+        core, and of any other process of the server's tree (role -> seconds)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        out = {"api": 0.0, "engine": 0.0, "other": 0.0}
+        for pid in self.pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                title = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue   # exited meanwhile
+            role = ("api" if pid == self.proc.pid else
+                    "engine" if b"EngineCore" in title else "other")
+            out[role] += (int(fields[11]) + int(fields[12])) / tick   # utime, stime
+        return out
+
     def wait_ready(self, timeout: float) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -240,11 +256,13 @@ def run(args: argparse.Namespace) -> dict:
                 for s in order:
                     meter.wait_quiet(args.wait_quiet_s)
                     mark, client0 = meter.start(), _children_cpu_s()
-                    spec0 = s.spec_counters()
+                    spec0, cpu0 = s.spec_counters(), s.cpu_seconds()
                     cell = bench(s, workload, load, load.num_prompts(per_load), args, dataset,
                                  out / "last.json", target)
-                    spec1 = s.spec_counters()
+                    cpu1, spec1 = s.cpu_seconds(), s.spec_counters()   # scrape not counted
                     cell["spec"] = {k: round(spec1[k] - spec0[k], 6) for k in spec0}
+                    # where the server's CPU went (API process vs engine core), per cell
+                    cell["server_cpu_s"] = {k: round(cpu1[k] - cpu0[k], 3) for k in cpu0}
                     # The load generator is ours too: its CPU (a reaped child) is not foreign.
                     wall = max(time.monotonic() - mark[0], 1e-6)
                     foreign = max(0.0, meter.cpu_share(mark) - (_children_cpu_s() - client0) / wall)

@@ -30,10 +30,12 @@ def register() -> None:
 
     vLLM calls this once per process (API server, EngineCore, workers) before the
     model runner is built. It is idempotent and cheap: it checks the vLLM version and
-    installs two pass-through wrappers (request validation, config creation) that act
-    only on configs selecting our proposer. Every patch of vLLM internals is installed later, and only
-    when our proposer is actually configured (see ``compat``), so an installed but
-    unselected plugin changes nothing.
+    installs pass-through wrappers that act only when our proposer is configured:
+    request validation and config creation (on configs selecting it), and the
+    EngineCore half of ``compat.draft_ids_return`` (on model outputs that our
+    proposer's worker marked). Every other patch of vLLM internals is installed later,
+    and only when our proposer is actually configured (see ``compat``), so an
+    installed but unselected plugin changes nothing.
     """
     global _registered
     if _registered:
@@ -51,6 +53,11 @@ def register() -> None:
     from vllm_specdec_plugin.compat import engine_config
 
     engine_config.install()
+    # EngineCore (its own process under `vllm serve`, where nothing else of ours runs):
+    # drafts that came with the step's output skip post_step's extra RPC.
+    from vllm_specdec_plugin.compat import draft_ids_return
+
+    draft_ids_return.install_engine()
     _registered = True
     _trace_registration()
 

@@ -32,7 +32,8 @@ import torch
 
 from vllm_specdec_plugin import draft_probs
 from vllm_specdec_plugin.adaptive import AdaptiveConfig, AdaptiveK
-from vllm_specdec_plugin.compat import draft_model, rejection_adapter, runner_hooks
+from vllm_specdec_plugin.compat import (draft_ids_return, draft_model, rejection_adapter,
+                                        runner_hooks)
 from vllm_specdec_plugin.compat.draft_grammar import DraftGrammars, is_structured
 from vllm_specdec_plugin.config import SpecDecConfig, from_vllm_config, resolve_dtype
 from vllm_specdec_plugin.draft.checks import (check_draft_budget, check_draft_compatible,
@@ -103,6 +104,8 @@ class DraftModelProposer:
         # its rejection sampler and input batch right after constructing us.
         runner_hooks.install()
         rejection_adapter.install_worker_patches()
+        draft_ids_return.install_worker()  # drafts return with the step's output
+        draft_ids_return.install_engine()  # in-process engines (no-op in a worker process)
 
     @property
     def model(self) -> torch.nn.Module | None:

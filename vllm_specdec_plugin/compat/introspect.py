@@ -34,8 +34,11 @@ def proposer_snapshot(llm: Any) -> dict | None:
     d = find_proposer(llm)
     if d is None or not hasattr(d, "stats"):
         return None
+    from vllm_specdec_plugin.compat.draft_ids_return import counts
+
     s, a = d.stats, d.allocator
     return {
+        "draft_ids_carried": counts["carried"], "draft_ids_rpc": counts["rpc"],
         "blocks_total": a.num_blocks if a else 0, "blocks_free": a.num_free if a else 0,
         "by_source": dict(s.by_source),
         "live_requests": len(d.requests), "rounds": s.rounds, "drafted": s.drafted,
