@@ -127,18 +127,18 @@ class Server:
         return out
 
     def cpu_seconds(self) -> dict[str, float]:
-        """CPU seconds (user + system) so far of the API server process, of the engine
-        core, and of any other process of the server's tree (role -> seconds)."""
+        """CPU seconds (user + system) so far of the API server process, the engine
+        core, its model-runner worker, and any other process of the server's tree."""
         tick = os.sysconf("SC_CLK_TCK")
-        out = {"api": 0.0, "engine": 0.0, "other": 0.0}
+        out = {"api": 0.0, "engine": 0.0, "worker": 0.0, "other": 0.0}
         for pid in self.pids():
             try:
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
                 title = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue   # exited meanwhile
-            role = ("api" if pid == self.proc.pid else
-                    "engine" if b"EngineCore" in title else "other")
+            role = ("api" if pid == self.proc.pid else "engine" if b"EngineCore" in title
+                    else "worker" if b"Worker" in title else "other")
             out[role] += (int(fields[11]) + int(fields[12])) / tick   # utime, stime
         return out
 

@@ -84,6 +84,34 @@ def bound_rows(res: dict) -> list[dict]:
     return rows
 
 
+def cpu_lines(res: dict) -> list[str]:
+    """Markdown: the server's CPU milliseconds per output token, by process (median
+    over repetitions), per workload, load and configuration."""
+    acc: dict = defaultdict(lambda: defaultdict(list))
+    for c in res["cells"]:
+        cpu, toks = c.get("server_cpu_s"), c.get("total_output_tokens")
+        if not cpu or not toks:
+            continue
+        kind = next(k for k, _ in LOAD_KINDS if k in c)
+        for role, sec in cpu.items():
+            acc[(c["workload"], kind, c[kind], c["config"])][role].append(1e3 * sec / toks)
+    if not acc:
+        return []
+    roles = ("worker", "engine", "api")
+    lines = ["## Server CPU per output token (ms, median over repetitions)", "",
+             "worker: the model runner's process (target, drafting, sampling); engine: "
+             "EngineCore (scheduling; it waits for the worker by spinning); api: the "
+             "HTTP server.", "",
+             "| workload | load | config | " + " | ".join(roles) + " |",
+             "|---|---|---|" + "---:|" * len(roles)]
+    for (workload, kind, load, config), by_role in sorted(acc.items()):
+        label = f"c = {load:g}" if kind == "max_concurrency" else f"{load:g} req/s"
+        lines.append(f"| {workload} | {label} | {config} | " +
+                     " | ".join(f"{median(by_role[r]):.3f}" if by_role.get(r) else "–"
+                                for r in roles) + " |")
+    return lines + [""]
+
+
 def markdown(res: dict) -> str:
     meta = res["meta"]
     lines = [f"# Serving benchmark ({meta['pair']} pair, {meta['started']})", "",
@@ -117,6 +145,7 @@ def markdown(res: dict) -> str:
         lines += ["", "Crossover (lowest load where throughput falls below no speculation): " +
                   ", ".join(f"{c}: {'never' if v is None else f'{v:g}'}"
                             for c, v in cross[(workload, kind)].items()), ""]
+    lines += cpu_lines(res)
     rows = bound_rows(res)
     if rows:
         lines += ["## Analytic bound at concurrency 1", "",

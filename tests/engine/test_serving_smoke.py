@@ -36,6 +36,9 @@ def test_serving_benchmark_smoke(ci_pair, tmp_path):
         assert set(c["spec"]) == {"drafts", "draft_tokens", "accepted", "draft_s", "draft_rounds"}
         if c["config"] == "nospec":
             assert not any(c["spec"].values()), c["spec"]
+        # where the server's CPU went during the cell, by process
+        assert set(c["server_cpu_s"]) == {"api", "engine", "worker", "other"}, c["server_cpu_s"]
+        assert c["server_cpu_s"]["worker"] > 0 and c["server_cpu_s"]["engine"] > 0, c["server_cpu_s"]
     md = (out / "serving.md").read_text()
     assert "Crossover" in md and "plugin-hybrid-adaptive-k8" in md
     assert "Analytic bound at concurrency 1" in md
