@@ -9,7 +9,9 @@ and with ``VLLM_PLUGINS`` loading our plugin only where it is the method under t
 The load generator is vLLM's own ``vllm bench serve``: closed-loop fixed concurrencies
 (``--max-concurrency``) and open-loop Poisson rates (``--request-rate``), on two
 workloads: the shipped mixed prompts through ``/v1/completions`` and the same prompts
-as chat through ``/v1/chat/completions``.
+as chat through ``/v1/chat/completions``; optionally ``unique``: held-out code prompts
+of which no server sees any twice in the run (fair to methods with a cross-request
+cache, such as in-tree ``suffix``, which the cycled mixed prompts flatter).
 
 Schedule: all servers of the run are started and warmed first; then for each
 repetition, every (workload, load) cell in a shuffled order, every server in a
@@ -41,7 +43,7 @@ from pathlib import Path
 
 from benchmarks import machine, serving_report
 from benchmarks.configs import BenchConfig, expand, select
-from benchmarks.workloads import load_prompt_set
+from benchmarks.workloads import load_prompt_set, unique_code_prompts
 from vllm_specdec_plugin.testing import stop_process_group
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,7 +53,10 @@ SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMER
 # vLLM's result keys kept per cell (the per-request lists are dropped).
 DROP_KEYS = ("ttfts", "itls", "input_lens", "output_lens", "generated_texts", "errors",
              "start_times")
-WORKLOADS = {"mixed": ("openai", "/v1/completions"), "chat": ("openai-chat", "/v1/chat/completions")}
+# name -> (vllm bench serve backend, endpoint). "unique": held-out code prompts, each
+# sent once per server in the whole run (workloads.unique_code_prompts).
+WORKLOADS = {"mixed": ("openai", "/v1/completions"), "chat": ("openai-chat", "/v1/chat/completions"),
+             "unique": ("openai", "/v1/completions")}
 FULL = dict(configs=["draft_model-k4", "ngram-k4", "suffix-k8", "plugin-k4",
                      "plugin-hybrid-adaptive-k8"],
             concurrency=[1, 2, 4, 8, 16, 32, 64], rates=[0.5, 1, 2, 4, 8], reps=2, output_len=64)
@@ -178,10 +183,16 @@ def _children_cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def write_prompts(path: Path, prompts: list[str]) -> Path:
+    """``prompts`` as vLLM's ``custom`` dataset (JSONL, one "prompt" per line)."""
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    return path
+
+
 def write_dataset(path: Path) -> int:
     """The mixed prompt set as vLLM's ``custom`` dataset (JSONL, one "prompt" per line)."""
     prompts = load_prompt_set("mixed")
-    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    write_prompts(path, prompts)
     return len(prompts)
 
 
@@ -217,8 +228,6 @@ def bench(server: Server, workload: str, load: Load, num_prompts: int, args: arg
 def run(args: argparse.Namespace) -> dict:
     from vllm_specdec_plugin.fixtures import ensure_pair
 
-    pair = ensure_pair(args.pair)
-    target, draft = str(pair.target), str(pair.draft)
     configs = select(expand(), args.configs)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -226,6 +235,14 @@ def run(args: argparse.Namespace) -> dict:
     per_load = min(args.num_prompts, write_dataset(dataset) * 8)
     loads = [Load("max_concurrency", c) for c in args.concurrency] + \
             [Load("request_rate", r) for r in args.rates]
+    cells = [(w, ld) for w in args.workloads for ld in loads]
+    unique = unique_code_prompts() if "unique" in args.workloads else []
+    need = args.reps * sum(ld.num_prompts(per_load) for w, ld in cells if w == "unique")
+    if need > len(unique):
+        raise SystemExit(f"the unique workload needs {need} prompts and has {len(unique)}: "
+                         f"use fewer loads or repetitions, or a lower --num-prompts")
+    pair = ensure_pair(args.pair)
+    target, draft = str(pair.target), str(pair.draft)
     meter = machine.ForeignLoad()
     servers: list[Server] = []
     res: dict = {"meta": {"started": dt.datetime.now().isoformat(timespec="seconds"),
@@ -247,18 +264,20 @@ def run(args: argparse.Namespace) -> dict:
             bench(s, "mixed", Load("max_concurrency", 1), 2, args, dataset, out / "warmup.json",
                   target)
         rng = random.Random(args.seed)
-        cells = [(w, ld) for w in args.workloads for ld in loads]
         for rep in range(args.reps):
             rng.shuffle(cells)
             for workload, load in cells:
+                n, data = load.num_prompts(per_load), dataset
+                if workload == "unique":   # this cell's own prompts, the same for every server
+                    data = write_prompts(out / "unique.jsonl", unique[:n])
+                    unique = unique[n:]
                 order = list(servers)
                 rng.shuffle(order)
                 for s in order:
                     meter.wait_quiet(args.wait_quiet_s)
                     mark, client0 = meter.start(), _children_cpu_s()
                     spec0, cpu0 = s.spec_counters(), s.cpu_seconds()
-                    cell = bench(s, workload, load, load.num_prompts(per_load), args, dataset,
-                                 out / "last.json", target)
+                    cell = bench(s, workload, load, n, args, data, out / "last.json", target)
                     cpu1, spec1 = s.cpu_seconds(), s.spec_counters()   # scrape not counted
                     cell["spec"] = {k: round(spec1[k] - spec0[k], 6) for k in spec0}
                     # where the server's CPU went (API process vs engine core), per cell
@@ -277,7 +296,7 @@ def run(args: argparse.Namespace) -> dict:
     finally:
         for s in servers:
             s.stop()
-        for f in ("last.json", "warmup.json"):
+        for f in ("last.json", "warmup.json", "unique.jsonl"):
             (out / f).unlink(missing_ok=True)
     res["meta"]["finished"] = dt.datetime.now().isoformat(timespec="seconds")
     (out / "serving.json").write_text(json.dumps(res, indent=1))

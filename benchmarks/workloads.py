@@ -67,3 +67,30 @@ def tokenize_workloads(workloads: list[Workload], tokenizer_dir: str, max_prompt
         digest = hashlib.sha256(repr(ids).encode()).hexdigest()[:16]
         out[w.name] = TokenizedWorkload(w, ids, cut, digest)
     return out
+
+
+def unique_code_prompts(max_lines: int = 20, max_chars: int = 800,
+                        min_chars: int = 200) -> list[str]:
+    """Prompts that never repeat: consecutive, non-overlapping chunks of the fixture
+    corpus's held-out files (stdlib code no fixture model was trained on), each up to
+    ``max_lines`` lines and ``max_chars`` characters, cut at line boundaries.
+
+    For serving cells where no prompt may be seen twice by one server (a method with
+    a cross-request cache, like in-tree ``suffix``, would otherwise replay outputs).
+    Deterministic: a pure function of the interpreter's stdlib tree.
+    """
+    from vllm_specdec_plugin.fixtures.corpus import load_corpus
+
+    out: list[str] = []
+    for doc in load_corpus().heldout_docs:
+        chunk: list[str] = []
+        for line in doc.splitlines(keepends=True):
+            if chunk and (len(chunk) >= max_lines or sum(map(len, chunk)) + len(line) > max_chars):
+                if sum(map(len, chunk)) >= min_chars:
+                    out.append("".join(chunk))
+                chunk = []
+            if len(line) <= max_chars:
+                chunk.append(line)
+        if sum(map(len, chunk)) >= min_chars:
+            out.append("".join(chunk))
+    return out

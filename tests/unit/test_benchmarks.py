@@ -334,6 +334,24 @@ def test_prompt_sets_ship_enough_prompts():
 
 
 @pytest.mark.unit
+def test_unique_prompts_never_repeat_and_fit(tmp_path):
+    """The serving benchmark's `unique` workload: distinct held-out code chunks, enough
+    for a concurrency-1 comparison of several repetitions, and a run that would need
+    more stops before any server starts, naming the fix."""
+    from benchmarks import serving
+    from benchmarks.workloads import unique_code_prompts
+
+    prompts = unique_code_prompts()
+    assert len(prompts) == len(set(prompts)) >= 400
+    assert all(200 <= len(p) <= 800 for p in prompts)
+    assert prompts == unique_code_prompts()  # deterministic
+    args = serving.parse_args(["--pair", "ci", "--workloads", "unique", "--concurrency", "64",
+                               "--rates", "", "--reps", "4", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="unique workload needs 1024 prompts"):
+        serving.run(args)
+
+
+@pytest.mark.unit
 def test_vllm_plugins_empty_string_loads_nothing(monkeypatch):
     """VLLM_PLUGINS="" must load no general plugin (the in-tree comparisons rely on it),
     "specdec" only ours, and unset everything."""
