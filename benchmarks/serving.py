@@ -280,7 +280,7 @@ def run(args: argparse.Namespace) -> dict:
                     cell = bench(s, workload, load, n, args, data, out / "last.json", target)
                     cpu1, spec1 = s.cpu_seconds(), s.spec_counters()   # scrape not counted
                     cell["spec"] = {k: round(spec1[k] - spec0[k], 6) for k in spec0}
-                    # where the server's CPU went (API process vs engine core), per cell
+                    # where the server's CPU went (API, EngineCore, worker), per cell
                     cell["server_cpu_s"] = {k: round(cpu1[k] - cpu0[k], 3) for k in cpu0}
                     # The load generator is ours too: its CPU (a reaped child) is not foreign.
                     wall = max(time.monotonic() - mark[0], 1e-6)

@@ -84,13 +84,15 @@ def unique_code_prompts(max_lines: int = 20, max_chars: int = 800,
     out: list[str] = []
     for doc in load_corpus().heldout_docs:
         chunk: list[str] = []
+        size = 0  # characters in chunk
         for line in doc.splitlines(keepends=True):
-            if chunk and (len(chunk) >= max_lines or sum(map(len, chunk)) + len(line) > max_chars):
-                if sum(map(len, chunk)) >= min_chars:
+            if chunk and (len(chunk) >= max_lines or size + len(line) > max_chars):
+                if size >= min_chars:
                     out.append("".join(chunk))
-                chunk = []
+                chunk, size = [], 0
             if len(line) <= max_chars:
                 chunk.append(line)
-        if sum(map(len, chunk)) >= min_chars:
+                size += len(line)
+        if size >= min_chars:
             out.append("".join(chunk))
     return out

@@ -47,13 +47,14 @@ def install_worker() -> None:
     from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
     from vllm.v1.worker import gpu_model_runner as gmr
 
+    from vllm_specdec_plugin.compat.runner_hooks import drafter_is_ours
+
     original = gmr.GPUModelRunner.sample_tokens
 
     def sample_tokens(self, *args, **kwargs):  # noqa: ANN001 - vLLM signature
         out = original(self, *args, **kwargs)
         if (type(out) is ModelRunnerOutput and out is not EMPTY_MODEL_RUNNER_OUTPUT
-                and not self.use_async_scheduling
-                and getattr(getattr(self, "drafter", None), "_specdec_lifecycle", False)):
+                and not self.use_async_scheduling and drafter_is_ours(self)):
             setattr(out, ATTR, (self.take_draft_token_ids(),))
         return out
 

