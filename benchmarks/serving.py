@@ -70,6 +70,11 @@ SPEC_SERIES = {"vllm:spec_decode_num_drafts_total": "drafts",
                "vllm:spec_decode_num_accepted_tokens_total": "accepted",
                "specdec_draft_step_seconds_sum": "draft_s",
                "specdec_draft_step_seconds_count": "draft_rounds"}
+# The plugin's decode steps by kind (labels kind="verify"|"plain"): "<kind>_<field>".
+# Their means show what a verifying step costs over a plain one at the cell's load.
+STEP_SERIES = {"specdec_target_step_seconds_sum": "step_s",
+               "specdec_target_step_seconds_count": "steps",
+               "specdec_emitted_tokens_total": "emitted"}
 
 
 @dataclass
@@ -166,14 +171,22 @@ class Server:
         self.log.close()
 
     def spec_counters(self) -> dict[str, float]:
-        """SPEC_SERIES from the server's /metrics (0 for a series it does not export)."""
+        """SPEC_SERIES and STEP_SERIES from the server's /metrics (0 for a series it
+        does not export)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
             text = r.read().decode()
         out = dict.fromkeys(SPEC_SERIES.values(), 0.0)
+        out.update({f"{kind}_{f}": 0.0 for kind in ("verify", "plain") for f in STEP_SERIES.values()})
         for line in text.splitlines():
+            if line.startswith("#"):
+                continue
             name = line.split("{", 1)[0].split(" ", 1)[0]
-            if name in SPEC_SERIES and not line.startswith("#"):
-                out[SPEC_SERIES[name]] += float(line.rsplit(" ", 1)[1])
+            value = float(line.rsplit(" ", 1)[1])
+            if name in SPEC_SERIES:
+                out[SPEC_SERIES[name]] += value
+            elif name in STEP_SERIES:
+                kind = "verify" if 'kind="verify"' in line else "plain"
+                out[f"{kind}_{STEP_SERIES[name]}"] += value
         return out
 
 

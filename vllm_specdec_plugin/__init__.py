@@ -78,6 +78,7 @@ def _trace_registration() -> None:
         "ppid": os.getppid(),
         "process": multiprocessing.current_process().name,
         "argv0": os.path.basename(sys.argv[0]) if sys.argv else "",
+        "engine_core_loaded": "vllm.v1.engine.core" in sys.modules,
     }
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(rec) + "\n")

@@ -34,8 +34,13 @@ Rule (per engine step at batch size B, per request with acceptance estimate α):
   probes decides the next interval: if drafting at that acceptance would pay (k > 0
   by the rule) it is ``probe_every`` again, else it doubles, up to ``probe_max``; so
   a server where speculation does not pay spends at most about one step in
-  ``probe_max`` on probes. Any request drafting by the rule also resets the interval
-  (verifying steps pay σ anyway, so probing there is cheap). 0 = never probe.
+  ``probe_max`` on probes. A step that verifies drafts by the rule (``step_verifies``)
+  also resets the interval (verifying steps pay σ anyway, so probing there is cheap).
+  0 = never probe.
+- The batch pays σ: a verifying step's fixed cost falls on all B rows, not only on
+  those that draft. So after each row's choice the step as a whole must pay
+  (``batch_pays``: S_batch = (1 + Σ(E[N_i] - 1)/B) / (1 + σ + Σ k_i·cost_i/B) >
+  1 + min_gain); if it does not, no row drafts this step. Probe steps are exempt.
 """
 
 from __future__ import annotations
@@ -118,6 +123,23 @@ def choose_source(candidates: dict[str, tuple[float, int, float, float]], min_ga
         if s > best_s:
             best, best_s, best_k_ = source, s, k
     return best, best_k_
+
+
+def batch_pays(rows: list[tuple[float, int, float]], batch_size: int, fixed: float,
+               min_gain: float = MIN_GAIN) -> bool:
+    """Whether a verifying step with these drafting rows beats a plain step.
+
+    rows: per drafting row (α, k, cost per draft token in plain steps); batch_size: B,
+    all rows of the step, drafting or not; fixed: σ(B). The step's fixed cost falls on
+    all B rows, however few draft, so the batch, not the row, must pay for it:
+    S_batch = (1 + Σ(E[N_i] - 1)/B) / (1 + σ + Σ k_i·cost_i / B) > 1 + min_gain.
+    (With every row drafting the same k this is the per-row S of ``speedup``.)
+    """
+    if not rows:
+        return False
+    gain = sum(expected_tokens(a, k) - 1.0 for a, k, _ in rows)
+    cost = sum(k * c for _, k, c in rows)
+    return (1.0 + gain / batch_size) > (1.0 + min_gain) * (1.0 + fixed + cost / batch_size)
 
 
 @dataclass(slots=True)
@@ -335,11 +357,26 @@ class AdaptiveK:
             out[rid] = (k, "") if k > 0 else (0, "adaptive")
             if k == 0:
                 held.append(rid)
-        self._probe(held, drafting=len(held) < len(req_ids), out=out, cost=cost, fixed=fixed)
+        self._probe(held, out=out, cost=cost, fixed=fixed)
         return out
 
-    def _probe(self, held: list[str], drafting: bool, out: dict, cost: float,
-               fixed: float) -> None:
+    @property
+    def probing(self) -> bool:
+        """The last choose() gave held requests probe drafts (k = 1)."""
+        return self._probe_step is not None and self._probe_step == self._step
+
+    def step_verifies(self, verifies: bool) -> None:
+        """Tell the controller whether the step just planned verifies drafts at all
+        (after the caller's batch check). A verifying step pays σ anyway, so probing
+        held requests is cheap again: the interval resets to ``probe_every``. A probe
+        step does not count (its outcome sets the interval)."""
+        c = self.cfg
+        if verifies and c.probe_every and not self.probing:
+            self._probe_interval = c.probe_every
+            if self._next_probe is not None:
+                self._next_probe = min(self._next_probe, self._step + c.probe_every)
+
+    def _probe(self, held: list[str], out: dict, cost: float, fixed: float) -> None:
         """Give every held request k = 1 on probe steps (see the module docstring)."""
         c = self.cfg
         if self._probe_step is not None:  # book the last probe step's outcome
@@ -351,10 +388,6 @@ class AdaptiveK:
             self._next_probe = self._probe_step + self._probe_interval
             self._probe_step, self._probing = None, set()
             self._probe_succ = self._probe_trials = 0.0
-        if drafting:  # verifying steps happen anyway: probing is cheap again
-            self._probe_interval = c.probe_every
-            if self._next_probe is not None:
-                self._next_probe = min(self._next_probe, self._step + c.probe_every)
         if not held or not c.probe_every:
             self._next_probe = None
             return

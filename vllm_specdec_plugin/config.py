@@ -56,6 +56,16 @@ class SpecDecConfig:
     ngram_window: int = 1024
     """The n-gram stage searches only the last this many tokens of the request."""
 
+    ngram_corpus_tokens: int = 65536
+    """Methods ngram and hybrid: tokens of finished requests (prompt + output, newest
+    kept) the n-gram stage also matches against, so traffic that repeats earlier
+    prompts or outputs drafts their continuation (as suffix decoding does). 0: off."""
+
+    ngram_corpus_min_n: int = 3
+    """Shortest context (tokens) matched against finished requests (capped at
+    ngram_max_n); a match in the request's own history of the same length or longer
+    is preferred."""
+
     adaptive_prior_alpha: float = 0.6
     """Adaptive: acceptance rate assumed for a request before it has been measured
     (replaced by the running average over all requests once there is one)."""
@@ -139,6 +149,15 @@ class SpecDecConfig:
             raise SpecDecConfigError(
                 f"ngram_window must be an integer > ngram_max_n, got {self.ngram_window!r}. "
                 "Fix: e.g. 1024.")
+        if not isinstance(self.ngram_corpus_tokens, int) or not (
+                self.ngram_corpus_tokens == 0 or self.ngram_corpus_tokens > self.ngram_max_n):
+            raise SpecDecConfigError(
+                f"ngram_corpus_tokens must be 0 (off) or an integer > ngram_max_n, got "
+                f"{self.ngram_corpus_tokens!r}. Fix: e.g. 65536.")
+        if not (isinstance(self.ngram_corpus_min_n, int) and self.ngram_corpus_min_n >= 1):
+            raise SpecDecConfigError(
+                f"ngram_corpus_min_n must be an integer >= 1, got {self.ngram_corpus_min_n!r}. "
+                "Fix: e.g. 3.")
         if not 0.0 <= self.adaptive_prior_alpha < 1.0:
             raise SpecDecConfigError(
                 f"adaptive_prior_alpha must be in [0, 1), got {self.adaptive_prior_alpha}. Fix: e.g. 0.6.")

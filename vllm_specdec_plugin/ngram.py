@@ -1,5 +1,10 @@
 """Draft-free n-gram ("prompt lookup") proposer core: pure Python + numpy, no vllm/torch.
 
+Two indexes: :class:`NGramIndex` over one request's own history (below), and
+:class:`CorpusIndex` over the histories of finished requests (cross-request, as
+suffix decoding does: traffic that repeats earlier prompts or outputs drafts their
+continuation).
+
 Given one request's token history (prompt + generated tokens) it proposes up to ``k``
 draft token ids. Semantics, shared by :class:`NGramIndex` and :func:`propose_reference`:
 
@@ -18,11 +23,12 @@ draft token ids. Semantics, shared by :class:`NGramIndex` and :func:`propose_ref
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import count, repeat
 from typing import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["NGramConfig", "NGramIndex", "propose_reference"]
+__all__ = ["CorpusIndex", "NGramConfig", "NGramIndex", "propose_reference"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +151,17 @@ class NGramIndex:
                 d[tuple(toks[s:i])] = s  # overwrite: the most recent occurrence wins
             toks.append(t)
 
+    def longest_match(self) -> int:
+        """n of the match ``propose`` would start from (0: none): the longest suffix of
+        the history that occurs earlier inside the window."""
+        cfg, toks = self.config, self._tokens
+        m = len(toks)
+        for n in range(min(cfg.max_n, m - 1), cfg.min_n - 1, -1):
+            p = self._maps[n - cfg.min_n].get(tuple(toks[m - n:]))
+            if p is not None and p >= m - cfg.window:
+                return n
+        return 0
+
     def propose(self, k: int) -> list[int]:
         """Up to ``k`` chained draft token ids; never mutates the index.
 
@@ -184,3 +201,76 @@ class NGramIndex:
                 d[tuple(ctx[s - offset:m - offset])] = s
             ctx.append(nxt)
         return draft
+
+
+class CorpusIndex:
+    """Cross-request n-gram index over finished requests' token histories.
+
+    ``add`` stores one finished request's tokens (prompt + output). ``propose`` takes
+    a live request's context and, for ``n = max_n .. min_n`` (longest first), looks up
+    its last ``n`` tokens; the most recently added occurrence whose following token is
+    known wins, and the draft is the run of tokens that followed it in that sequence
+    (up to ``k``, never past its end). Holds at most ``max_tokens`` tokens: the oldest
+    sequences are evicted first, with their index entries (memory stays bounded).
+    ``add`` costs O(max_n) dict updates per token, ``propose`` O(max_n) lookups.
+    """
+
+    def __init__(self, max_tokens: int, max_n: int = 4, min_n: int = 3) -> None:
+        if not (max_n >= min_n >= 1) or max_tokens <= max_n:
+            raise ValueError(f"CorpusIndex needs max_n >= min_n >= 1 and max_tokens > max_n; "
+                             f"got max_n={max_n}, min_n={min_n}, max_tokens={max_tokens}")
+        self.max_tokens, self.max_n, self.min_n = max_tokens, max_n, min_n
+        self._seqs: dict[int, list[int]] = {}  # id -> tokens, insertion order = age
+        self._next_id = 0
+        self._total = 0
+        # _maps[n - min_n]: n-gram -> (sequence id, start), the most recent occurrence
+        self._maps: list[dict[tuple[int, ...], tuple[int, int]]] = [
+            {} for _ in range(min_n, max_n + 1)]
+
+    def __len__(self) -> int:
+        """Tokens held."""
+        return self._total
+
+    def _ngrams(self, toks: list[int], n: int) -> Iterable[tuple[int, ...]]:
+        """Every n-gram of ``toks`` with a known following token, by start position."""
+        end = len(toks) - n
+        return zip(*(toks[i:end + i] for i in range(n)))  # C-speed tuple building
+
+    def add(self, tokens: Sequence[int] | np.ndarray | Iterable[int]) -> None:
+        """Store one finished request's history (1-D token ids; only the last
+        ``max_tokens`` of a longer one are kept)."""
+        toks = _as_int_list(tokens)[-self.max_tokens:]
+        if len(toks) <= self.min_n:
+            return  # no n-gram with a follower
+        sid, self._next_id = self._next_id, self._next_id + 1
+        self._seqs[sid] = toks
+        self._total += len(toks)
+        for j, n in enumerate(range(self.min_n, self.max_n + 1)):
+            # overwrite: the newest sequence wins (and its latest occurrence in it)
+            self._maps[j].update(zip(self._ngrams(toks, n), zip(repeat(sid), count())))
+        while self._total > self.max_tokens:
+            self._evict()
+
+    def _evict(self) -> None:
+        sid = next(iter(self._seqs))
+        toks = self._seqs.pop(sid)
+        self._total -= len(toks)
+        for j, n in enumerate(range(self.min_n, self.max_n + 1)):
+            d = self._maps[j]
+            for key in self._ngrams(toks, n):
+                hit = d.get(key)
+                if hit is not None and hit[0] == sid:  # newer sequences keep their entries
+                    del d[key]
+
+    def propose(self, context: Sequence[int], k: int) -> tuple[list[int], int]:
+        """(up to ``k`` draft token ids continuing ``context``, the match length n);
+        ([], 0) without a match of at least ``min_n`` tokens. ``context``: 1-D token
+        ids (Python ints), only the last ``max_n`` are read."""
+        _check_k(k)
+        ctx = list(context[-self.max_n:])
+        for n in range(min(self.max_n, len(ctx)), self.min_n - 1, -1):
+            hit = self._maps[n - self.min_n].get(tuple(ctx[len(ctx) - n:]))
+            if hit is not None:
+                sid, s = hit
+                return self._seqs[sid][s + n:s + n + k], n
+        return [], 0

@@ -1,8 +1,9 @@
 """Each round's plan per request: how many drafts, from which source, what to feed.
 
-A request gets n-gram drafts (ready at once, point masses), a draft-model plan (the
-committed tokens the draft has not seen, then k passes), or nothing this round (the
-reason is counted). In hybrid mode the source is chosen per request and round by
+A request gets n-gram drafts (ready at once, point masses: from its own history, or
+the continuation of a finished request's, whichever matches the longer context), a
+draft-model plan (the committed tokens the draft has not seen, then k passes), or
+nothing this round (the reason is counted). In hybrid mode the source is chosen per request and round by
 predicted speedup S = E[N](α, k) / (1 + σ + k·cost) from that source's measured
 acceptance for the request and its measured cost (``adaptive.choose_source``).
 Lazy draft prefill is chunked under a per-round token budget so a long prompt joining
@@ -19,7 +20,7 @@ import numpy as np
 from vllm_specdec_plugin.adaptive import MIN_GAIN, choose_source
 from vllm_specdec_plugin.config import SpecDecConfig
 from vllm_specdec_plugin.kv import BlockAllocator
-from vllm_specdec_plugin.ngram import NGramConfig, NGramIndex
+from vllm_specdec_plugin.ngram import CorpusIndex, NGramConfig, NGramIndex
 from vllm_specdec_plugin.request_state import RequestState, truncate
 
 
@@ -64,6 +65,10 @@ class Planner:
         self.no_draft = no_draft  # counts a request-round without drafts, by reason
         self.uses_model = config.method in ("draft", "hybrid")
         self.uses_ngram = config.method in ("ngram", "hybrid")
+        # finished requests' histories, matched across requests (the caller adds them)
+        self.corpus = CorpusIndex(config.ngram_corpus_tokens, config.ngram_max_n,
+                                  min(config.ngram_corpus_min_n, config.ngram_max_n)) \
+            if self.uses_ngram and config.ngram_corpus_tokens else None
 
     def plan(self, row: int, req_id: str, req: RequestState, length: int,
              committed_row: np.ndarray, choices: Choices,
@@ -164,12 +169,17 @@ class Planner:
 
     def _ngram_drafts(self, req: RequestState, committed_row: np.ndarray, length: int,
                       k: int) -> list[int]:
-        """Prompt-lookup drafts over the committed tokens (the index catches up lazily)."""
+        """Prompt-lookup drafts over the committed tokens (the index catches up lazily),
+        or the continuation of a finished request when that matches a longer context."""
         if req.ngram is None:
             c = self.config
             req.ngram = NGramIndex(NGramConfig(c.ngram_max_n, c.ngram_min_n, c.ngram_window))
         if len(req.ngram) < length:
             req.ngram.extend(committed_row[len(req.ngram):length])
+        if self.corpus is not None:
+            drafts, n = self.corpus.propose(req.ngram.tokens, k)
+            if drafts and n > req.ngram.longest_match():
+                return drafts
         return req.ngram.propose(k)
 
     def _none(self, reason: str) -> None:

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from vllm_specdec_plugin import draft_probs
-from vllm_specdec_plugin.adaptive import AdaptiveConfig, AdaptiveK
+from vllm_specdec_plugin.adaptive import AdaptiveConfig, AdaptiveK, batch_pays
 from vllm_specdec_plugin.compat import (draft_ids_return, draft_model, rejection_adapter,
                                         runner_hooks)
 from vllm_specdec_plugin.compat.draft_grammar import DraftGrammars, is_structured
@@ -171,8 +171,13 @@ class DraftModelProposer:
         """Free draft blocks of finished, aborted and preempted requests."""
         # The step's target work runs between now and the propose() call that ends it.
         self._step_t0 = time.perf_counter()
+        corpus = self.planner.corpus
         for rid in runner_hooks.finished_req_ids(scheduler_output):
             req = self.requests.pop(rid, None)
+            if corpus is not None and self.runner is not None:
+                tokens = runner_hooks.committed_tokens(self.runner, rid)
+                if tokens is not None:
+                    corpus.add(tokens)
             if req is not None:
                 self._release(req)
                 self.metrics.request_finished(req.acceptance.drafted, req.acceptance.accepted)
@@ -227,15 +232,16 @@ class DraftModelProposer:
         estimates = {src: (c.alpha, c.cost_per_draft(batch), c.fixed_cost(batch))
                      for src, c in self.controllers.items()}
         backed_off0 = self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
+        plans = [p for p in (self.planner.plan(row, req_ids[row], self.requests[req_ids[row]],
+                                               int(num_tokens_no_spec[row]), token_ids_cpu[row],
+                                               choices, estimates) for row in rows) if p]
+        if self.config.adaptive:
+            plans = self._batch_check(plans, batch, estimates)
         model_plans: list[Plan] = []
         ngram_plans: list[Plan] = []
-        for row in rows:
-            plan = self.planner.plan(row, req_ids[row], self.requests[req_ids[row]],
-                                     int(num_tokens_no_spec[row]), token_ids_cpu[row], choices,
-                                     estimates)
-            if plan is None or not self._constrain(plan, token_ids_cpu):
-                continue
-            (ngram_plans if plan.drafts else model_plans).append(plan)
+        for plan in plans:
+            if self._constrain(plan, token_ids_cpu):
+                (ngram_plans if plan.drafts else model_plans).append(plan)
         for plan in ngram_plans:  # n-gram drafts: ready, point masses
             out[plan.row] = plan.drafts
             self._committed_round(plan, "ngram")
@@ -263,6 +269,23 @@ class DraftModelProposer:
         if self.allocator is not None:
             self.metrics.kv_blocks(self.allocator.num_used, self.allocator.num_blocks)
         return out
+
+    def _batch_check(self, plans: list[Plan], batch: int, estimates: dict) -> list[Plan]:
+        """The plans, or none when the step's drafts cannot pay its fixed cost σ, which
+        all ``batch`` rows pay (``adaptive.batch_pays``). Probe steps always run."""
+        if plans and not any(c.probing for c in self.controllers.values()):
+            rows, fixed = [], 0.0
+            for p in plans:
+                alpha, cost, sigma = estimates["ngram" if p.drafts else "draft"]
+                rows.append((alpha(p.req_id), p.k, cost))
+                fixed = max(fixed, sigma)
+            if not batch_pays(rows, batch, fixed):
+                for _ in plans:
+                    self._no_draft("adaptive")
+                plans = []
+        for c in self.controllers.values():
+            c.step_verifies(bool(plans))
+        return plans
 
     def _constrain(self, plan: Plan, token_ids_cpu: np.ndarray) -> bool:
         """Give a structured request's model plan its grammar copy (the drafts are then

@@ -178,6 +178,28 @@ def test_ngram_only_needs_no_draft_model_and_chains_lookups(tiny, monkeypatch):
     assert (p.requests["a"].acceptance.drafted, p.requests["a"].acceptance.accepted) == (3, 2)
 
 
+def test_ngram_drafts_the_continuation_of_a_finished_request(tiny, monkeypatch):
+    """A finished request's tokens (read from the runner's batch before vLLM drops
+    them) go to the cross-request corpus; a later request whose context matches drafts
+    what followed, unless its own history matches a context at least as long."""
+    _, path = tiny
+    p = make_proposer(monkeypatch, path, k=3, method="ngram")
+    runner = FakeRunner(["a", "b", "c"])
+    n, arr = Batch([[20, 21, 22, 23, 24, 25, 26, 27]]).arrays()
+    runner.input_batch.req_id_to_index = {"a": 0}
+    runner.input_batch.token_ids_cpu, runner.input_batch.num_tokens_no_spec = arr, n
+    p.bind_runner(runner)
+    p.on_scheduler_output(SimpleNamespace(finished_req_ids={"a"}, preempted_req_ids=set()))
+    assert len(p.planner.corpus) == 8
+    runner.input_batch.req_ids = ["b", "c"]
+    n, arr = Batch([[5, 21, 22, 23], [21, 22, 23, 9, 5, 21, 22, 23]]).arrays()
+    d = p.propose([[23], [23]], n, arr)
+    assert d == [[24, 25, 26],    # b: [21, 22, 23] continues as in "a"
+                 [9, 5, 21]]      # c: its own history matches [21, 22, 23] too: its own wins
+    off = make_proposer(monkeypatch, path, k=3, method="ngram", ngram_corpus_tokens=0)
+    assert off.planner.corpus is None
+
+
 def test_hybrid_keeps_the_draft_kv_consistent_across_ngram_rounds(tiny, monkeypatch):
     """n-gram rounds do not touch the draft KV; the next model round feeds every
     committed token it has not seen, so its drafts equal the draft model's greedy

@@ -19,6 +19,7 @@ import pytest
 from vllm_specdec_plugin.adaptive import (
     AdaptiveConfig,
     AdaptiveK,
+    batch_pays,
     best_k,
     choose_source,
     expected_tokens,
@@ -52,11 +53,18 @@ def brute_best_k(alpha: float, cost: float, k_max: int, min_gain: float,
     return k_star if top > 1 + Fraction(min_gain) else 0
 
 
+def step(ak: AdaptiveK, ids: list[str], batch: int = 1) -> dict[str, tuple[int, str]]:
+    """One engine step as the proposer runs it: choose, then tell whether it verifies."""
+    out = ak.choose(ids, batch)
+    ak.step_verifies(any(k for k, _ in out.values()))
+    return out
+
+
 def run_rounds(ak: AdaptiveK, rng: random.Random, alpha: float, n: int, rid: str = "r",
                batch: int = 1) -> list[int]:
     ks = []
     for _ in range(n):
-        k, _ = ak.choose([rid], batch)[rid]
+        k, _ = step(ak, [rid], batch)[rid]
         ks.append(k)
         ak.observe_round(rid, k, draw_accepted(rng, alpha, k))
     return ks
@@ -190,7 +198,7 @@ def _hold(ak: AdaptiveK, rid: str = "r") -> None:
     """Reject everything until the rule holds ``rid`` at k = 0 (that choose() was step 1
     of the hold)."""
     for _ in range(100):
-        k, why = ak.choose([rid], 1)[rid]
+        k, why = step(ak, [rid])[rid]
         if k == 0:
             break
         ak.observe_round(rid, k, 0)
@@ -205,7 +213,7 @@ def test_probing_cadence_backs_off_and_recovers():
     # drafts by the rule), then every 32 (probe_max)
     seen = [(0, "adaptive")]
     for _ in range(8 + 16 + 32 + 32 + 31):
-        k, why = ak.choose(["r"], 1)["r"]
+        k, why = step(ak, ["r"])["r"]
         seen.append((k, why))
         ak.observe_round("r", k, 0)  # probes rejected too
     probes = [j for j, kw in enumerate(seen, start=1) if kw == (1, "")]
@@ -214,7 +222,7 @@ def test_probing_cadence_backs_off_and_recovers():
     # acceptance rises: a probe is accepted, and k > 0 comes back by the rule
     ks = []
     for _ in range(40):
-        k, why = ak.choose(["r"], 1)["r"]
+        k, why = step(ak, ["r"])["r"]
         ks.append(k)
         ak.observe_round("r", k, k)
     first = next(i for i, k in enumerate(ks) if k > 0)
@@ -225,11 +233,11 @@ def test_probing_cadence_backs_off_and_recovers():
     # probe is probe_every steps on again
     for _ in range(2):
         _hold(ak)
-        again = [ak.choose(["r"], 1)["r"][0] for _ in range(23)]  # no rounds observed
+        again = [step(ak, ["r"])["r"][0] for _ in range(23)]  # no rounds observed
         assert again == [0] * 6 + [1] + [0] * 15 + [1]
         for _ in range(3):  # recover between probes
             ak.observe_round("r", 4, 4)
-        assert ak.choose(["r"], 1)["r"][0] > 0
+        assert step(ak, ["r"])["r"][0] > 0
 
 
 def test_probes_of_held_requests_share_one_step():
@@ -237,26 +245,26 @@ def test_probes_of_held_requests_share_one_step():
     ak = AdaptiveK(AdaptiveConfig(k_max=4, c_prime_default=0.05, probe_every=4, probe_max=64))
     ids = [f"r{i}" for i in range(6)]
     for _ in range(100):
-        out = ak.choose(ids, 1)
+        out = step(ak, ids)
         if all(k == 0 for k, _ in out.values()):
             break
         for rid, (k, _) in out.items():
             ak.observe_round(rid, k, 0)
     steps = []
-    for step in range(1, 200):
-        out = ak.choose(ids, 1)
+    for j in range(1, 200):
+        out = step(ak, ids)
         ks = {k for k, _ in out.values()}
         assert ks in ({0}, {1}), out  # all probe, or none does
         if ks == {1}:
-            steps.append(step)
+            steps.append(j)
     assert steps == [3, 11, 27, 59, 123, 187], steps  # intervals 4 (first), 8, 16, 32, 64, 64
     # a drafting request makes probing cheap again: held ones probe every probe_every
     ak.observe_round("good", 4, 4)
     for _ in range(20):
         ak.observe_round("good", 4, 4)
     probes = []
-    for step in range(12):
-        out = ak.choose(ids + ["good"], 1)
+    for _ in range(12):
+        out = step(ak, ids + ["good"])
         assert out["good"][0] > 0
         probes.append(out["r0"][0])
     assert sum(probes) >= 2, probes
@@ -284,6 +292,35 @@ def test_fixed_cost_of_a_verifying_step_is_priced():
     assert ak.choose(["r"], 1)["r"] == (0, "adaptive")
     with pytest.raises(ValueError):
         ak.observe_spec_overhead(-1.0)
+
+
+def test_batch_pays_charges_the_fixed_cost_to_every_row():
+    # One row at α 0.6 with 3 free n-gram drafts pays on its own (S = 2.18 / 1.1)...
+    row = (0.6, 3, 0.0)
+    assert speedup(*row[:2], row[2], 0.1) > 1.02 and batch_pays([row], 1, 0.1)
+    # ...but not in a batch of 16, where σ = 0.1 slows all 16 rows for 1.18 more tokens
+    assert not batch_pays([row], 16, 0.1)
+    assert batch_pays([row] * 2, 16, 0.1)  # 2.35 tokens on 16 rows: +14.7 % > +12.2 %
+    # every row drafting alike: the per-row rule, exactly
+    for alpha, k, cost, fixed in ((0.5, 2, 0.1, 0.2), (0.8, 4, 0.05, 0.3), (0.3, 1, 0.2, 0.0)):
+        want = speedup(alpha, k, cost, fixed) > 1.02
+        assert batch_pays([(alpha, k, cost)] * 8, 8, fixed) is want
+    assert not batch_pays([], 4, 0.0)
+    # the draft cost per token counts, shared over the batch like σ
+    assert batch_pays([(0.9, 4, 0.0)], 4, 0.0)
+    assert not batch_pays([(0.9, 4, 1.0)], 4, 0.0)
+
+
+def test_a_probe_step_is_flagged_and_does_not_reset_the_interval():
+    ak = AdaptiveK(AdaptiveConfig(k_max=4, c_prime_default=0.05, probe_every=4, probe_max=64))
+    _hold(ak)
+    flags = []
+    for _ in range(4 + 8 + 16):
+        out = step(ak, ["r"])
+        flags.append(ak.probing)
+        assert ak.probing is (out["r"] == (1, ""))
+        ak.observe_round("r", out["r"][0], 0)
+    assert [i for i, f in enumerate(flags, start=2) if f] == [4, 12, 28]  # doubling
 
 
 def test_best_k_with_a_fixed_cost_looks_past_k1():

@@ -1,4 +1,5 @@
-"""N-gram (prompt lookup) proposer: pinned semantics, index == brute-force reference, speed."""
+"""N-gram (prompt lookup) proposer: pinned semantics, index == brute-force reference, speed;
+the cross-request corpus index."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from vllm_specdec_plugin.ngram import NGramConfig, NGramIndex, propose_reference
+from vllm_specdec_plugin.ngram import CorpusIndex, NGramConfig, NGramIndex, propose_reference
 
 pytestmark = pytest.mark.unit
 
@@ -159,3 +160,73 @@ def test_performance_sanity():
     print(f"ngram: build 256x2000 tokens {t1 - t0:.3f} s; propose(k=8) x256 {t2 - t1:.4f} s; "
           f"mean draft len {sum(map(len, drafts)) / len(drafts):.2f}")
     assert t2 - t1 < 2.0
+
+
+# -- longest_match ------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(3))
+def test_longest_match_is_the_n_propose_starts_from(seed):
+    rng = random.Random(seed)
+    for _ in range(200):
+        hist = [rng.randrange(4) for _ in range(rng.randrange(1, 40))]
+        cfg = NGramConfig(4, 1, rng.choice([5, 8, 1024]))
+        n = NGramIndex(cfg, hist).longest_match()
+        # brute force: the longest suffix (<= max_n) with an earlier start in the window
+        m, want = len(hist), 0
+        for size in range(min(4, m - 1), 0, -1):
+            if any(hist[p:p + size] == hist[m - size:] for p in range(max(0, m - cfg.window), m - size)):
+                want = size
+                break
+        assert n == want, (hist, cfg)
+        assert (n > 0) == bool(NGramIndex(cfg, hist).propose(1))
+
+
+# -- CorpusIndex ----------------------------------------------------------------------
+
+def test_corpus_continues_a_finished_request():
+    c = CorpusIndex(max_tokens=100, max_n=4, min_n=3)
+    c.add([1, 2, 3, 4, 5, 6, 7, 8])
+    assert len(c) == 8
+    assert c.propose([9, 2, 3, 4], 3) == ([5, 6, 7], 3)  # longest suffix found: [2, 3, 4]
+    assert c.propose([1, 2, 3, 4], 3) == ([5, 6, 7], 4)
+    assert c.propose([5, 6, 7], 5) == ([8], 3)  # never past the sequence's end
+    assert c.propose([7, 8], 2) == ([], 0)  # shorter than min_n
+    assert c.propose([3, 4, 9], 2) == ([], 0)
+    assert c.propose([1, 2, 3], 0) == ([], 3)
+    with pytest.raises(ValueError):
+        c.propose([1, 2, 3], -1)
+
+
+def test_corpus_newest_sequence_wins_and_eviction_keeps_it_bounded():
+    c = CorpusIndex(max_tokens=12, max_n=3, min_n=2)
+    c.add([1, 2, 3, 10])
+    c.add([1, 2, 3, 20, 21])
+    assert c.propose([1, 2, 3], 1) == ([20], 3)
+    c.add([7, 7, 7, 7, 7])  # 14 tokens > 12: the oldest sequence goes
+    assert len(c) == 10
+    assert c.propose([1, 2, 3], 1) == ([20], 3)  # the newer one's entries stay
+    c.add([8, 8, 8, 8, 8, 8])  # evicts [1, 2, 3, 20, 21]
+    assert c.propose([1, 2, 3], 1) == ([], 0)
+    assert all(sid in c._seqs for m in c._maps for sid, _ in m.values())  # no stale entry
+    c.add(list(range(100, 150)))  # longer than max_tokens: its tail is kept
+    assert len(c) == 12 and c.propose([140, 141, 142], 2) == ([143, 144], 3)
+    c.add([5])  # too short to index: ignored
+    assert len(c) == 12
+
+
+def test_corpus_memory_stays_bounded_under_traffic():
+    rng = random.Random(0)
+    c = CorpusIndex(max_tokens=500, max_n=4, min_n=3)
+    for _ in range(300):
+        c.add([rng.randrange(50) for _ in range(rng.randrange(5, 80))])
+        assert len(c) <= 500
+    entries = sum(len(m) for m in c._maps)
+    assert entries <= 2 * 500  # at most one entry per (n, position) held
+    assert all(sid in c._seqs for m in c._maps for sid, _ in m.values())
+
+
+def test_corpus_validation():
+    for kwargs in ({"max_tokens": 4, "max_n": 4}, {"max_tokens": 100, "max_n": 2, "min_n": 3},
+                   {"max_tokens": 100, "min_n": 0}):
+        with pytest.raises(ValueError):
+            CorpusIndex(**kwargs)

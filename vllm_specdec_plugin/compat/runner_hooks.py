@@ -93,6 +93,16 @@ def set_draft_probs(runner: Any, req_ids: list[str], probs: Any) -> None:
     runner._draft_prob_req_ids = req_ids
 
 
+def committed_tokens(runner: Any, req_id: str) -> Any:
+    """[L] int token ids (prompt + output) of a request still in the persistent batch
+    (a finished one stays there until ``_update_states`` runs), else None."""
+    batch = runner.input_batch
+    row = batch.req_id_to_index.get(req_id)
+    if row is None:
+        return None
+    return batch.token_ids_cpu[row, :int(batch.num_tokens_no_spec[row])]
+
+
 def finished_req_ids(scheduler_output: Any) -> set[str]:
     return set(scheduler_output.finished_req_ids or ())
 
