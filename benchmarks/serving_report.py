@@ -112,6 +112,35 @@ def cpu_lines(res: dict) -> list[str]:
     return lines + [""]
 
 
+def step_lines(res: dict) -> list[str]:
+    """Markdown: the plugin's decode steps per cell, verifying vs plain (mean ms and
+    tokens emitted per step), from its step counters; [] when no cell has them."""
+    rows = []
+    for c in res["cells"]:
+        sp = c.get("spec") or {}
+        if not sp.get("verify_steps") and not sp.get("plain_steps"):
+            continue
+        kind = next(k for k, _ in LOAD_KINDS if k in c)
+        label = f"c = {c[kind]:g}" if kind == "max_concurrency" else f"{c[kind]:g} req/s"
+        part = []
+        for k in ("verify", "plain"):
+            n = sp.get(f"{k}_steps", 0)
+            part += [f"{n:.0f}", f"{1e3 * sp[f'{k}_step_s'] / n:.1f}" if n else "–",
+                     f"{sp[f'{k}_emitted'] / n:.2f}" if n else "–"]
+        rows.append((c["workload"], kind, c[kind], c["config"], c["repetition"],
+                     f"| {c['workload']} | {label} | {c['config']} | {c['repetition']} | "
+                     + " | ".join(part) + " |"))
+    if not rows:
+        return []
+    return ["## Plugin decode steps: verifying vs plain", "",
+            "Steps that ran no prefill, from the plugin's `specdec_target_step_seconds` and "
+            "`specdec_emitted_tokens_total` (a step's time runs from its scheduler output "
+            "to the drafting call: target forward and sampling).", "",
+            "| workload | load | config | rep | verify steps | ms | tokens/step | "
+            "plain steps | ms | tokens/step |", "|---|---|---|---:|" + "---:|" * 6] + \
+        [r[-1] for r in sorted(rows, key=lambda r: r[:5])] + [""]
+
+
 def markdown(res: dict) -> str:
     meta = res["meta"]
     lines = [f"# Serving benchmark ({meta['pair']} pair, {meta['started']})", "",
@@ -146,6 +175,7 @@ def markdown(res: dict) -> str:
                   ", ".join(f"{c}: {'never' if v is None else f'{v:g}'}"
                             for c, v in cross[(workload, kind)].items()), ""]
     lines += cpu_lines(res)
+    lines += step_lines(res)
     rows = bound_rows(res)
     if rows:
         lines += ["## Analytic bound at concurrency 1", "",

@@ -7,7 +7,9 @@ Each engine step vLLM calls ``propose`` after the target verified the previous
 drafts. For every running request the proposer
 
 1. rolls its draft KV back to the accepted length (``request_state.roll_back``);
-2. plans the round (``planning``): n-gram drafts, a draft-model plan, or none;
+2. plans the round (``planning``): n-gram drafts (from the request's own tokens or
+   from finished requests'), a draft-model plan, or none; with adaptive k, the step as
+   a whole must pay a verifying step's fixed cost, else no row drafts;
 3. runs the draft-model plans as one batched round (``draft/round.py``): the
    committed tokens the draft has not seen (lazy prefill, chunked under a budget),
    then k-1 decode passes, on vLLM's model class and attention backend over the

@@ -33,13 +33,18 @@ def test_serving_benchmark_smoke(ci_pair, tmp_path):
             assert key in c, (key, sorted(c))
         assert ("max_concurrency" in c) != ("request_rate" in c)
         # the server's speculation counters over the cell (zero without speculation)
-        assert set(c["spec"]) == {"drafts", "draft_tokens", "accepted", "draft_s", "draft_rounds"}
+        steps = {f"{k}_{f}" for k in ("verify", "plain") for f in ("step_s", "steps", "emitted")}
+        assert set(c["spec"]) == {"drafts", "draft_tokens", "accepted", "draft_s",
+                                  "draft_rounds"} | steps, sorted(c["spec"])
         if c["config"] == "nospec":
             assert not any(c["spec"].values()), c["spec"]
+        else:  # the plugin's decode steps, by kind, over the cell
+            assert c["spec"]["verify_steps"] + c["spec"]["plain_steps"] > 0, c["spec"]
         # where the server's CPU went during the cell, by process
         assert set(c["server_cpu_s"]) == {"api", "engine", "worker", "other"}, c["server_cpu_s"]
         assert c["server_cpu_s"]["worker"] > 0 and c["server_cpu_s"]["engine"] > 0, c["server_cpu_s"]
     md = (out / "serving.md").read_text()
     assert "Crossover" in md and "plugin-hybrid-adaptive-k8" in md
     assert "Analytic bound at concurrency 1" in md
+    assert "Plugin decode steps: verifying vs plain" in md
     assert (out / "serving.png").stat().st_size > 0

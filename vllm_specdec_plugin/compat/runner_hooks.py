@@ -3,7 +3,9 @@
 Why: the ``custom_class`` proposer contract (v1/spec_decode/custom_class_proposer.py)
   gives the proposer only token arrays. It needs (a) the runner, for request ids,
   sampling parameters and the draft-probs channel, and (b) request lifecycle events
-  (finished, preempted) to free its draft KV blocks.
+  (finished, preempted) to free its draft KV blocks and to keep a finished request's
+  tokens for cross-request n-gram drafts (read from the persistent batch, which still
+  holds the request when the wrapper runs).
 How: wrap ``GPUModelRunner._update_states``, which sees every SchedulerOutput before
   the runner forgets finished requests. The wrapper forwards to the runner's drafter
   only if the drafter is ours, else it is a plain call-through. It is installed from
