@@ -212,8 +212,11 @@ class CorpusIndex:
     known wins, and the draft is the run of tokens that followed it in that sequence
     (up to ``k``, never past its end). Holds at most ``max_tokens`` tokens: the oldest
     sequences are evicted first, with their index entries (memory stays bounded).
-    ``add`` costs O(max_n) dict updates per token, ``propose`` O(max_n) lookups.
+    ``add`` costs O(max_n) dict updates per token, ``propose`` O(max_n) lookups (and
+    at most ``MAX_EXTEND`` comparisons).
     """
+
+    MAX_EXTEND = 64  # tokens: how far back a match's length is measured
 
     def __init__(self, max_tokens: int, max_n: int = 4, min_n: int = 3) -> None:
         if not (max_n >= min_n >= 1) or max_tokens <= max_n:
@@ -263,14 +266,22 @@ class CorpusIndex:
                     del d[key]
 
     def propose(self, context: Sequence[int], k: int) -> tuple[list[int], int]:
-        """(up to ``k`` draft token ids continuing ``context``, the match length n);
+        """(up to ``k`` draft token ids continuing ``context``, the match length);
         ([], 0) without a match of at least ``min_n`` tokens. ``context``: 1-D token
-        ids (Python ints), only the last ``max_n`` are read."""
+        ids (Python ints). The lookup reads its last ``max_n``; the match length then
+        extends backwards while the matched sequence and the context agree (up to
+        ``MAX_EXTEND`` tokens), so a request replaying an earlier one reports a long
+        match where a common phrase reports a short one."""
         _check_k(k)
-        ctx = list(context[-self.max_n:])
+        m = len(context)
+        ctx = list(context[m - min(m, self.max_n):])
         for n in range(min(self.max_n, len(ctx)), self.min_n - 1, -1):
             hit = self._maps[n - self.min_n].get(tuple(ctx[len(ctx) - n:]))
             if hit is not None:
                 sid, s = hit
-                return self._seqs[sid][s + n:s + n + k], n
+                seq = self._seqs[sid]
+                j, limit = n, min(m, s + n, self.MAX_EXTEND)
+                while j < limit and seq[s + n - j - 1] == context[m - j - 1]:
+                    j += 1
+                return seq[s + n:s + n + k], j
         return [], 0

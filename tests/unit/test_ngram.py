@@ -197,6 +197,17 @@ def test_corpus_continues_a_finished_request():
         c.propose([1, 2, 3], -1)
 
 
+def test_corpus_match_length_extends_back_over_the_agreeing_context():
+    c = CorpusIndex(max_tokens=100, max_n=4, min_n=3)
+    c.add([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    assert c.propose([0, 3, 4, 5, 6, 7], 2) == ([8, 9], 5)  # [3..7] agree, 2 != 0 stops it
+    assert c.propose([1, 2, 3, 4, 5, 6, 7], 2) == ([8, 9], 7)  # back to the sequence start
+    c = CorpusIndex(max_tokens=1000, max_n=4, min_n=3)
+    replay = list(range(1000, 1200))
+    c.add(replay)
+    assert c.propose(replay[:150], 3) == (replay[150:153], CorpusIndex.MAX_EXTEND)
+
+
 def test_corpus_newest_sequence_wins_and_eviction_keeps_it_bounded():
     c = CorpusIndex(max_tokens=12, max_n=3, min_n=2)
     c.add([1, 2, 3, 10])
