@@ -207,8 +207,8 @@ class CorpusIndex:
     """Cross-request n-gram index over finished requests' token histories.
 
     ``add`` stores one finished request's tokens (prompt + output). ``propose`` takes
-    a live request's context and, for ``n = max_n .. min_n`` (longest first), looks up
-    its last ``n`` tokens; the most recently added occurrence whose following token is
+    a live request's context and, for ``n = MIN_LONG_N, max_n .. min_n`` (longest
+    first), looks up its last ``n`` tokens; the most recently added occurrence whose following token is
     known wins, and the draft is the run of tokens that followed it in that sequence
     (up to ``k``, never past its end). Holds at most ``max_tokens`` tokens: the oldest
     sequences are evicted first, with their index entries (memory stays bounded).
@@ -218,6 +218,8 @@ class CorpusIndex:
 
     MAX_EXTEND = 64  # tokens: how far back a match's length is measured
 
+    MIN_LONG_N = 16  # tokens: the key length that finds a replay's own earlier position
+
     def __init__(self, max_tokens: int, max_n: int = 4, min_n: int = 3) -> None:
         if not (max_n >= min_n >= 1) or max_tokens <= max_n:
             raise ValueError(f"CorpusIndex needs max_n >= min_n >= 1 and max_tokens > max_n; "
@@ -226,9 +228,13 @@ class CorpusIndex:
         self._seqs: dict[int, list[int]] = {}  # id -> tokens, insertion order = age
         self._next_id = 0
         self._total = 0
-        # _maps[n - min_n]: n-gram -> (sequence id, start), the most recent occurrence
-        self._maps: list[dict[tuple[int, ...], tuple[int, int]]] = [
-            {} for _ in range(min_n, max_n + 1)]
+        # Key lengths, longest first: a long key (if longer than max_n) places a
+        # replayed context at its own earlier occurrence, where the most recent
+        # occurrence of a short n-gram may be a common phrase of another request.
+        self._ns = ([self.MIN_LONG_N] if self.MIN_LONG_N > max_n else []) + \
+            list(range(max_n, min_n - 1, -1))
+        # _maps[i]: n-gram of length _ns[i] -> (sequence id, start), most recent occurrence
+        self._maps: list[dict[tuple[int, ...], tuple[int, int]]] = [{} for _ in self._ns]
 
     def __len__(self) -> int:
         """Tokens held."""
@@ -237,6 +243,8 @@ class CorpusIndex:
     def _ngrams(self, toks: list[int], n: int) -> Iterable[tuple[int, ...]]:
         """Every n-gram of ``toks`` with a known following token, by start position."""
         end = len(toks) - n
+        if end <= 0:
+            return iter(())
         return zip(*(toks[i:end + i] for i in range(n)))  # C-speed tuple building
 
     def add(self, tokens: Sequence[int] | np.ndarray | Iterable[int]) -> None:
@@ -248,7 +256,7 @@ class CorpusIndex:
         sid, self._next_id = self._next_id, self._next_id + 1
         self._seqs[sid] = toks
         self._total += len(toks)
-        for j, n in enumerate(range(self.min_n, self.max_n + 1)):
+        for j, n in enumerate(self._ns):
             # overwrite: the newest sequence wins (and its latest occurrence in it)
             self._maps[j].update(zip(self._ngrams(toks, n), zip(repeat(sid), count())))
         while self._total > self.max_tokens:
@@ -258,7 +266,7 @@ class CorpusIndex:
         sid = next(iter(self._seqs))
         toks = self._seqs.pop(sid)
         self._total -= len(toks)
-        for j, n in enumerate(range(self.min_n, self.max_n + 1)):
+        for j, n in enumerate(self._ns):
             d = self._maps[j]
             for key in self._ngrams(toks, n):
                 hit = d.get(key)
@@ -268,15 +276,17 @@ class CorpusIndex:
     def propose(self, context: Sequence[int], k: int) -> tuple[list[int], int]:
         """(up to ``k`` draft token ids continuing ``context``, the match length);
         ([], 0) without a match of at least ``min_n`` tokens. ``context``: 1-D token
-        ids (Python ints). The lookup reads its last ``max_n``; the match length then
+        ids (Python ints). The lookup reads its last ``MIN_LONG_N``; the match length then
         extends backwards while the matched sequence and the context agree (up to
         ``MAX_EXTEND`` tokens), so a request replaying an earlier one reports a long
         match where a common phrase reports a short one."""
         _check_k(k)
         m = len(context)
-        ctx = list(context[m - min(m, self.max_n):])
-        for n in range(min(self.max_n, len(ctx)), self.min_n - 1, -1):
-            hit = self._maps[n - self.min_n].get(tuple(ctx[len(ctx) - n:]))
+        ctx = list(context[m - min(m, self._ns[0]):])
+        for n, d in zip(self._ns, self._maps):
+            if n > m:
+                continue
+            hit = d.get(tuple(ctx[len(ctx) - n:]))
             if hit is not None:
                 sid, s = hit
                 seq = self._seqs[sid]

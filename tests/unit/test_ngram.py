@@ -206,6 +206,11 @@ def test_corpus_match_length_extends_back_over_the_agreeing_context():
     replay = list(range(1000, 1200))
     c.add(replay)
     assert c.propose(replay[:150], 3) == (replay[150:153], CorpusIndex.MAX_EXTEND)
+    # a newer sequence shares the replay's last 4 tokens but not the 16 before them:
+    # the long key still finds the replay's own position
+    c.add([7] * 20 + replay[146:150] + [1, 2, 3])
+    assert c.propose(replay[:150], 3) == (replay[150:153], CorpusIndex.MAX_EXTEND)
+    assert c.propose([5] * 16 + replay[146:150], 3) == ([1, 2, 3], 4)
 
 
 def test_corpus_newest_sequence_wins_and_eviction_keeps_it_bounded():
@@ -232,7 +237,7 @@ def test_corpus_memory_stays_bounded_under_traffic():
         c.add([rng.randrange(50) for _ in range(rng.randrange(5, 80))])
         assert len(c) <= 500
     entries = sum(len(m) for m in c._maps)
-    assert entries <= 2 * 500  # at most one entry per (n, position) held
+    assert entries <= 3 * 500  # at most one entry per (key length, position) held
     assert all(sid in c._seqs for m in c._maps for sid, _ in m.values())
 
 
