@@ -181,12 +181,11 @@ class Server:
             if line.startswith("#"):
                 continue
             name = line.split("{", 1)[0].split(" ", 1)[0]
-            value = float(line.rsplit(" ", 1)[1])
             if name in SPEC_SERIES:
-                out[SPEC_SERIES[name]] += value
+                out[SPEC_SERIES[name]] += float(line.rsplit(" ", 1)[1])
             elif name in STEP_SERIES:
                 kind = "verify" if 'kind="verify"' in line else "plain"
-                out[f"{kind}_{STEP_SERIES[name]}"] += value
+                out[f"{kind}_{STEP_SERIES[name]}"] += float(line.rsplit(" ", 1)[1])
         return out
 
 

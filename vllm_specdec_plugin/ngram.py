@@ -208,16 +208,16 @@ class CorpusIndex:
 
     ``add`` stores one finished request's tokens (prompt + output). ``propose`` takes
     a live request's context and, for ``n = MIN_LONG_N, max_n .. min_n`` (longest
-    first), looks up its last ``n`` tokens; the most recently added occurrence whose following token is
-    known wins, and the draft is the run of tokens that followed it in that sequence
-    (up to ``k``, never past its end). Holds at most ``max_tokens`` tokens: the oldest
-    sequences are evicted first, with their index entries (memory stays bounded).
+    first), looks up its last ``n`` tokens; the most recently added occurrence whose
+    following token is known wins, and the draft is the run of tokens that followed
+    it in that sequence (up to ``k``, never past its end). Holds at most
+    ``max_tokens`` tokens: the oldest sequences are evicted first, with their index
+    entries (memory stays bounded).
     ``add`` costs O(max_n) dict updates per token, ``propose`` O(max_n) lookups (and
     at most ``MAX_EXTEND`` comparisons).
     """
 
     MAX_EXTEND = 64  # tokens: how far back a match's length is measured
-
     MIN_LONG_N = 16  # tokens: the key length that finds a replay's own earlier position
 
     def __init__(self, max_tokens: int, max_n: int = 4, min_n: int = 3) -> None:
@@ -276,8 +276,8 @@ class CorpusIndex:
     def propose(self, context: Sequence[int], k: int) -> tuple[list[int], int]:
         """(up to ``k`` draft token ids continuing ``context``, the match length);
         ([], 0) without a match of at least ``min_n`` tokens. ``context``: 1-D token
-        ids (Python ints). The lookup reads its last ``MIN_LONG_N``; the match length then
-        extends backwards while the matched sequence and the context agree (up to
+        ids (Python ints). The lookup reads its last ``MIN_LONG_N``; the match length
+        then extends backwards while the matched sequence and the context agree (up to
         ``MAX_EXTEND`` tokens), so a request replaying an earlier one reports a long
         match where a common phrase reports a short one."""
         _check_k(k)

@@ -3,9 +3,10 @@
 A request gets n-gram drafts (ready at once, point masses: from its own history, or
 the continuation of a finished request's, whichever matches the longer context), a
 draft-model plan (the committed tokens the draft has not seen, then k passes), or
-nothing this round (the reason is counted). In hybrid mode the source is chosen per request and round by
-predicted speedup S = E[N](α, k) / (1 + σ + k·cost) from that source's measured
-acceptance for the request and its measured cost (``adaptive.choose_source``).
+nothing this round (the reason is counted). In hybrid mode the source is chosen per
+request and round by predicted speedup S = E[N](α, k) / (1 + σ + k·cost) from that
+source's measured acceptance for the request and its measured cost
+(``adaptive.choose_source``).
 Lazy draft prefill is chunked under a per-round token budget so a long prompt joining
 a busy batch costs at most that budget per step.
 """

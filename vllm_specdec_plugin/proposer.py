@@ -257,8 +257,12 @@ class DraftModelProposer:
                 self._committed_round(p, "draft")
         if drafting or ngram_plans:
             self._publish_draft_probs(drafting, ngram_plans, sampler)
-        if any(out):
+        verifies = any(out)
+        if verifies:
             self.stats.rounds += 1
+        if self.config.adaptive:  # after every cut (batch check, grammar, pool): the truth
+            for c in self.controllers.values():
+                c.step_verifies(verifies)
         self.metrics.chosen_k(len(d) for d in out if d)
         for reason, n in self._step_no_draft.items():
             self.metrics.no_draft(reason, n)
@@ -285,8 +289,6 @@ class DraftModelProposer:
                 for _ in plans:
                     self._no_draft("adaptive")
                 plans = []
-        for c in self.controllers.values():
-            c.step_verifies(bool(plans))
         return plans
 
     def _constrain(self, plan: Plan, token_ids_cpu: np.ndarray) -> bool:
