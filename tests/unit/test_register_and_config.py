@@ -82,6 +82,9 @@ def test_explicit_keys_win_over_preset(tmp_path):
     ({"draft_model": "/d", "block_size": 3}, "power of two"),
     ({"draft_model": "/d", "draft_dtype": "int8"}, "draft_dtype"),
     ({"preset": "/no/such.yaml", "draft_model": "/d"}, "preset '/no/such.yaml' not found"),
+    ({"method": "ngram", "ngram_corpus_tokens": 3}, r"ngram_corpus_tokens must be 0 \(off\).*Fix"),
+    ({"method": "ngram", "ngram_corpus_tokens": "big"}, "ngram_corpus_tokens must be"),
+    ({"method": "ngram", "ngram_corpus_min_n": 0}, r"ngram_corpus_min_n must be an integer >= 1.*Fix"),
 ])
 def test_bad_options_name_the_fix(opts, match):
     with pytest.raises(SpecDecConfigError, match=match):
