@@ -195,10 +195,22 @@ def _children_cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def write_prompts(path: Path, prompts: list[str]) -> Path:
-    """``prompts`` as vLLM's ``custom`` dataset (JSONL, one "prompt" per line)."""
-    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+def write_prompts(path: Path, prompts: list[str], lengths: list[int] | None = None) -> Path:
+    """``prompts`` as vLLM's ``custom`` dataset (JSONL, one "prompt" per line), with
+    each request's ``output_tokens`` when ``lengths`` is given."""
+    rows = [{"prompt": p} if lengths is None else {"prompt": p, "output_tokens": n}
+            for p, n in zip(prompts, lengths or [0] * len(prompts))]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def output_lengths(n: int, mean: int, spread: float, rng: random.Random) -> list[int]:
+    """``n`` output lengths drawn uniformly from mean·[1 - spread, 1 + spread] (at least 2).
+
+    With fixed lengths, a closed loop keeps its requests in lockstep: without
+    speculation they finish, and restart, together. Real traffic has varied lengths.
+    """
+    return [max(2, round(mean * rng.uniform(1 - spread, 1 + spread))) for _ in range(n)]
 
 
 def write_dataset(path: Path) -> int:
@@ -209,8 +221,11 @@ def write_dataset(path: Path) -> int:
 
 
 def bench(server: Server, workload: str, load: Load, num_prompts: int, args: argparse.Namespace,
-          dataset: Path, result: Path, tokenizer: str) -> dict:
-    """One ``vllm bench serve`` run against ``server``; returns vLLM's result dict."""
+          dataset: Path, result: Path, tokenizer: str, varied: bool = False) -> dict:
+    """One ``vllm bench serve`` run against ``server``; returns vLLM's result dict.
+
+    varied: ``dataset`` gives each request its ``output_tokens`` (``output_lengths``).
+    """
     backend, endpoint = WORKLOADS[workload]
     cmd = [str(BIN / "vllm"), "bench", "serve", "--backend", backend, "--endpoint", endpoint,
            "--base-url", f"http://127.0.0.1:{server.port}", "--model", server.name,
@@ -218,7 +233,9 @@ def bench(server: Server, workload: str, load: Load, num_prompts: int, args: arg
            # raw prompts: /v1/completions takes them as they are, and the chat endpoint
            # applies the server's template itself (the client must not apply it too)
            "--skip-chat-template",
-           "--custom-output-len", str(args.output_len), "--num-prompts", str(num_prompts),
+           # -1: each request's length from the dataset's "output_tokens"
+           "--custom-output-len", str(-1 if varied else args.output_len),
+           "--num-prompts", str(num_prompts),
            "--temperature", str(args.temperature), "--ignore-eos", "--seed", str(args.seed),
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
            "--save-result", "--result-dir", str(result.parent), "--result-filename", result.name,
@@ -276,20 +293,31 @@ def run(args: argparse.Namespace) -> dict:
             bench(s, "mixed", Load("max_concurrency", 1), 2, args, dataset, out / "warmup.json",
                   target)
         rng = random.Random(args.seed)
+        lengths_rng = random.Random(args.seed + 1)   # its own stream: cell order unchanged
+
+        def _lengths(n: int) -> list[int] | None:
+            return (output_lengths(n, args.output_len, args.output_spread, lengths_rng)
+                    if args.output_spread else None)
+
+        mixed = load_prompt_set("mixed")
         for rep in range(args.reps):
             rng.shuffle(cells)
             for workload, load in cells:
                 n, data = load.num_prompts(per_load), dataset
                 if workload == "unique":   # this cell's own prompts, the same for every server
-                    data = write_prompts(out / "unique.jsonl", unique[:n])
+                    data = write_prompts(out / "cell.jsonl", unique[:n], _lengths(n))
                     unique = unique[n:]
+                elif args.output_spread:   # each request its own length: n lines, no resampling
+                    data = write_prompts(out / "cell.jsonl", [mixed[i % len(mixed)] for i in range(n)],
+                                         _lengths(n))
                 order = list(servers)
                 rng.shuffle(order)
                 for s in order:
                     meter.wait_quiet(args.wait_quiet_s)
                     mark, client0 = meter.start(), _children_cpu_s()
                     spec0, cpu0 = s.spec_counters(), s.cpu_seconds()
-                    cell = bench(s, workload, load, n, args, data, out / "last.json", target)
+                    cell = bench(s, workload, load, n, args, data, out / "last.json", target,
+                                 varied=bool(args.output_spread))
                     cpu1, spec1 = s.cpu_seconds(), s.spec_counters()   # scrape not counted
                     cell["spec"] = {k: round(spec1[k] - spec0[k], 6) for k in spec0}
                     # where the server's CPU went (API, EngineCore, worker), per cell
@@ -308,7 +336,7 @@ def run(args: argparse.Namespace) -> dict:
     finally:
         for s in servers:
             s.stop()
-        for f in ("last.json", "warmup.json", "unique.jsonl"):
+        for f in ("last.json", "warmup.json", "cell.jsonl"):
             (out / f).unlink(missing_ok=True)
     res["meta"]["finished"] = dt.datetime.now().isoformat(timespec="seconds")
     (out / "serving.json").write_text(json.dumps(res, indent=1))
@@ -328,6 +356,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--num-prompts", type=int, default=16, help="requests per cell (at least)")
     ap.add_argument("--output-len", type=int, default=None)
+    ap.add_argument("--output-spread", type=float, default=0.0,
+                    help="vary each request's output length uniformly over "
+                         "output-len x [1 - s, 1 + s] (0: every request output-len tokens)")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", default="float32",
@@ -351,6 +382,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.rates = ([float(x) for x in a.rates.split(",") if x] if a.rates is not None else d["rates"])
     a.reps = a.reps or d["reps"]
     a.output_len = a.output_len or d["output_len"]
+    if not 0.0 <= a.output_spread < 1.0:
+        ap.error(f"--output-spread {a.output_spread}: use a value in [0, 1), e.g. 0.5")
     if a.smoke:   # a harness check, never a measurement: no waiting for a quiet machine
         a.num_prompts, a.wait_quiet_s = min(a.num_prompts, 4), 0.0
     if a.out is None:

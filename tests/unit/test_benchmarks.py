@@ -352,6 +352,28 @@ def test_unique_prompts_never_repeat_and_fit(tmp_path):
 
 
 @pytest.mark.unit
+def test_output_spread_gives_each_request_its_length(tmp_path):
+    """--output-spread: lengths drawn over mean·[1-s, 1+s], written as vLLM's custom
+    dataset's ``output_tokens``; a spread outside [0, 1) is refused naming the fix."""
+    import json
+    import random
+
+    from benchmarks import serving
+
+    lengths = serving.output_lengths(400, 64, 0.5, random.Random(1))
+    assert min(lengths) >= 32 and max(lengths) <= 96 and len(set(lengths)) > 30
+    assert lengths == serving.output_lengths(400, 64, 0.5, random.Random(1))
+    rows = [json.loads(line) for line in serving.write_prompts(
+        tmp_path / "d.jsonl", ["a", "b"], [5, 7]).read_text().splitlines()]
+    assert rows == [{"prompt": "a", "output_tokens": 5}, {"prompt": "b", "output_tokens": 7}]
+    rows = [json.loads(line) for line in serving.write_prompts(
+        tmp_path / "d.jsonl", ["a"]).read_text().splitlines()]
+    assert rows == [{"prompt": "a"}]
+    with pytest.raises(SystemExit):
+        serving.parse_args(["--output-spread", "1.5"])
+
+
+@pytest.mark.unit
 def test_vllm_plugins_empty_string_loads_nothing(monkeypatch):
     """VLLM_PLUGINS="" must load no general plugin (the in-tree comparisons rely on it),
     "specdec" only ours, and unset everything."""
