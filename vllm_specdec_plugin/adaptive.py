@@ -41,6 +41,9 @@ Rule (per engine step at batch size B, per request with acceptance estimate α):
   those that draft. So after each row's choice the step as a whole must pay
   (``batch_pays``: S_batch = (1 + Σ(E[N_i] - 1)/B) / (1 + σ + Σ k_i·cost_i/B) >
   1 + min_gain); if it does not, no row drafts this step. Probe steps are exempt.
+  The same test in sums (``net_gain``) gives a bound before any row is planned: each
+  row at its best k under its controller's choice (``best_net_gain``); a step whose
+  bound misses (``step_may_pay``) skips the n-gram lookups and the draft plans.
 """
 
 from __future__ import annotations
@@ -135,11 +138,44 @@ def batch_pays(rows: list[tuple[float, int, float]], batch_size: int, fixed: flo
     S_batch = (1 + Σ(E[N_i] - 1)/B) / (1 + σ + Σ k_i·cost_i / B) > 1 + min_gain.
     (With every row drafting the same k this is the per-row S of ``speedup``.)
     """
-    if not rows:
-        return False
-    gain = sum(expected_tokens(a, k) - 1.0 for a, k, _ in rows)
-    cost = sum(k * c for _, k, c in rows)
-    return (1.0 + gain / batch_size) > (1.0 + min_gain) * (1.0 + fixed + cost / batch_size)
+    return bool(rows) and sum(net_gain(a, k, c, min_gain) for a, k, c in rows) > \
+        _threshold(batch_size, fixed, min_gain)
+
+
+def net_gain(alpha: float, k: int, cost_per_draft: float, min_gain: float = MIN_GAIN) -> float:
+    """One drafting row's share of ``batch_pays``: E[N](α,k) - 1 - (1 + min_gain)·k·cost.
+
+    S_batch > 1 + min_gain  <=>  Σ net_gain_i > B·(min_gain + (1 + min_gain)·σ),
+    (multiply out the ratio), so rows add up and the fixed cost is the threshold."""
+    return expected_tokens(alpha, k) - 1.0 - (1.0 + min_gain) * k * cost_per_draft
+
+
+def best_net_gain(alpha: float, k_max: int, cost_per_draft: float,
+                  min_gain: float = MIN_GAIN) -> float:
+    """max over k in 0..k_max of ``net_gain`` (0 at k = 0): the most a row drafting
+    at most ``k_max`` tokens at acceptance ``alpha`` can add to a step. The sum over
+    a step's rows bounds every set of plans ``batch_pays`` could see, so a step whose
+    bound misses the threshold can skip planning (``step_may_pay``)."""
+    # net(k) = Σ_{i<=k} (α^i - scale): it grows while α^i > scale, then only falls
+    best, p, scale = 0.0, 1.0, (1.0 + min_gain) * cost_per_draft
+    for _ in range(k_max):
+        p *= alpha
+        if p <= scale:
+            break
+        best += p - scale
+    return best
+
+
+def step_may_pay(row_bounds: list[float], batch_size: int, fixed: float,
+                 min_gain: float = MIN_GAIN) -> bool:
+    """Whether any plans could pass ``batch_pays``: row_bounds are each row's
+    ``best_net_gain`` (0 for a row that cannot draft), fixed the least σ(B) a
+    verifying step could cost."""
+    return sum(row_bounds) > _threshold(batch_size, fixed, min_gain)
+
+
+def _threshold(batch_size: int, fixed: float, min_gain: float) -> float:
+    return batch_size * (min_gain + (1.0 + min_gain) * fixed)
 
 
 @dataclass(slots=True)

@@ -140,9 +140,19 @@ class NGramIndex:
 
     def extend(self, tokens: Sequence[int] | np.ndarray | Iterable[int]) -> None:
         """Append accepted tokens (1-D, shape ``[T]``) to the history and index them."""
-        toks = self._tokens
+        toks, new = self._tokens, _as_int_list(tokens)
         min_n, maps = self.config.min_n, self._maps
-        for t in _as_int_list(tokens):
+        if len(new) > 8:  # a prompt: build each n's tuples at C speed
+            old = len(toks)
+            toks.extend(new)
+            for n, d in enumerate(maps, start=min_n):
+                # followers new: starts s in [old - n, len - n), s >= 0, in order, so
+                # the most recent occurrence wins
+                lo, hi = max(0, old - n), len(toks) - n
+                if hi > lo:
+                    d.update(zip(zip(*(toks[lo + i:hi + i] for i in range(n))), range(lo, hi)))
+            return
+        for t in new:  # a step's few tokens: zip's set-up would cost more
             i = len(toks)  # position of t; t is the follower of the n-grams ending at i-1
             for j, d in enumerate(maps):
                 s = i - (min_n + j)

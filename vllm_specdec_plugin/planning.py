@@ -97,6 +97,13 @@ class Planner:
             return self._none(reason)
         return self._model_plan(row, req_id, req, length, committed_row, k)
 
+    def hold(self, req: RequestState, length: int, reason: str) -> None:
+        """No drafts this round, without planning (the step as a whole cannot pay):
+        counted as ``reason``, or "length_guard" where ``plan`` would have said so."""
+        req.seen = True
+        self._none("length_guard" if min(self.k, self.max_model_len - length - 1) <= 0
+                   else reason)
+
     def _plan_hybrid(self, row: int, req_id: str, req: RequestState, length: int,
                      committed_row: np.ndarray, choices: Choices, estimates: Estimates,
                      k_room: int) -> Plan | None:

@@ -33,7 +33,8 @@ import numpy as np
 import torch
 
 from vllm_specdec_plugin import draft_probs
-from vllm_specdec_plugin.adaptive import AdaptiveConfig, AdaptiveK, batch_pays
+from vllm_specdec_plugin.adaptive import (AdaptiveConfig, AdaptiveK, batch_pays,
+                                          best_net_gain, step_may_pay)
 from vllm_specdec_plugin.compat import (draft_ids_return, draft_model, rejection_adapter,
                                         runner_hooks)
 from vllm_specdec_plugin.compat.draft_grammar import DraftGrammars, is_structured
@@ -234,11 +235,19 @@ class DraftModelProposer:
         estimates = {src: (c.alpha, c.cost_per_draft(batch), c.fixed_cost(batch))
                      for src, c in self.controllers.items()}
         backed_off0 = self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
-        plans = [p for p in (self.planner.plan(row, req_ids[row], self.requests[req_ids[row]],
-                                               int(num_tokens_no_spec[row]), token_ids_cpu[row],
-                                               choices, estimates) for row in rows) if p]
-        if self.config.adaptive:
-            plans = self._batch_check(plans, batch, estimates)
+        held = self._held(rows, req_ids, batch, choices, estimates) \
+            if self.config.adaptive else None
+        if held is not None:  # no plan could pay: skip the n-gram lookups and plans
+            plans = []
+            for row in rows:
+                self.planner.hold(self.requests[req_ids[row]], int(num_tokens_no_spec[row]),
+                                  held[req_ids[row]])
+        else:
+            plans = [p for p in (self.planner.plan(row, req_ids[row], self.requests[req_ids[row]],
+                                                   int(num_tokens_no_spec[row]), token_ids_cpu[row],
+                                                   choices, estimates) for row in rows) if p]
+            if self.config.adaptive:
+                plans = self._batch_check(plans, batch, estimates)
         model_plans: list[Plan] = []
         ngram_plans: list[Plan] = []
         for plan in plans:
@@ -275,6 +284,29 @@ class DraftModelProposer:
         if self.allocator is not None:
             self.metrics.kv_blocks(self.allocator.num_used, self.allocator.num_blocks)
         return out
+
+    def _held(self, rows: list[int], req_ids: list[str], batch: int, choices: dict,
+              estimates: dict) -> dict[str, str] | None:
+        """req_id -> reason for every row when no plans could pass the batch check
+        (``adaptive.step_may_pay``: each row at the best k its controllers allow, the
+        least σ), else None. Probe steps always plan."""
+        if any(c.probing for c in self.controllers.values()):
+            return None
+        bound = {req_ids[r]: 0.0 for r in rows}
+        reason = dict.fromkeys(bound, "")
+        fixed = None
+        for src, (alpha, cost, sigma) in estimates.items():
+            for rid, (k, why) in choices[src].items():
+                if k:
+                    bound[rid] = max(bound[rid], best_net_gain(alpha(rid), k, cost))
+                    fixed = sigma if fixed is None else min(fixed, sigma)
+                elif not reason[rid]:
+                    reason[rid] = why
+        if fixed is not None and step_may_pay(list(bound.values()), batch, fixed):
+            return None
+        # a row some controller would draft for is held by the batch: "adaptive"
+        return {rid: "adaptive" if bound[rid] or not reason[rid] else reason[rid]
+                for rid in bound}
 
     def _batch_check(self, plans: list[Plan], batch: int, estimates: dict) -> list[Plan]:
         """The plans, or none when the step's drafts cannot pay its fixed cost σ, which

@@ -20,6 +20,9 @@ from vllm_specdec_plugin.adaptive import (
     AdaptiveConfig,
     AdaptiveK,
     batch_pays,
+    best_net_gain,
+    net_gain,
+    step_may_pay,
     best_k,
     choose_source,
     expected_tokens,
@@ -309,6 +312,30 @@ def test_batch_pays_charges_the_fixed_cost_to_every_row():
     # the draft cost per token counts, shared over the batch like σ
     assert batch_pays([(0.9, 4, 0.0)], 4, 0.0)
     assert not batch_pays([(0.9, 4, 1.0)], 4, 0.0)
+
+
+def test_step_bound_holds_every_plan_the_batch_check_could_see():
+    """best_net_gain is the max of net_gain over k (brute force), and a step whose
+    bound misses never has a set of plans (any row subset, any k up to each row's
+    cap) that batch_pays accepts; where the bound passes, the capped plans do."""
+    rng = random.Random(7)
+    for _ in range(300):
+        alpha, cost, k_max = rng.random(), rng.random() * 0.3, rng.randint(1, 8)
+        want = max([0.0] + [net_gain(alpha, k, cost) for k in range(1, k_max + 1)])
+        assert best_net_gain(alpha, k_max, cost) == pytest.approx(want, abs=1e-12)
+    for _ in range(300):
+        batch, fixed = rng.randint(1, 32), rng.random() * 0.4
+        caps = [(rng.random(), rng.randint(1, 8), rng.random() * 0.2)
+                for _ in range(rng.randint(1, batch))]
+        bound_ok = step_may_pay([best_net_gain(a, k, c) for a, k, c in caps], batch, fixed)
+        for _ in range(20):  # random plans within the caps
+            plans = [(a, rng.randint(1, k), c) for a, k, c in caps if rng.random() < 0.7]
+            if not bound_ok:
+                assert not batch_pays(plans, batch, fixed)
+        best = [(a, max(range(1, k + 1), key=lambda j: net_gain(a, j, c)), c) for a, k, c in caps]
+        best = [r for r in best if net_gain(*r) > 0]
+        assert batch_pays(best, batch, fixed) is bound_ok
+    assert not step_may_pay([], 4, 0.0) and not step_may_pay([0.0, 0.0], 2, 0.0)
 
 
 def test_a_probe_step_is_flagged_and_does_not_reset_the_interval():

@@ -132,7 +132,7 @@ def test_index_equals_reference_randomized():
             cases += 1
             if pos >= length:
                 break
-            step = rng.randint(1, 12)
+            step = rng.randint(1, 8) if rng.random() < 0.6 else rng.randint(9, 40)  # both paths
             idx.extend(np.array(hist[pos:pos + step]) if rng.random() < 0.3 else hist[pos:pos + step])
             pos = min(length, pos + step)
     assert cases >= 3000
