@@ -272,6 +272,38 @@ def test_adaptive_k_drops_to_zero_for_a_request_that_never_accepts(tiny, monkeyp
     assert p.stats.no_draft["adaptive"] > 0
 
 
+def test_a_step_that_cannot_pay_is_held_without_planning(tiny, monkeypatch):
+    """When even each row's best drafts cannot pay the verifying step's fixed cost σ
+    over the whole batch, no row is planned (no n-gram lookup, no draft prefill) and
+    every row is counted "adaptive"; once σ is cheap the rows are planned again."""
+    _, path = tiny
+    p = make_proposer(monkeypatch, path, k=4, method="hybrid", adaptive=True)
+    ids = [f"r{i}" for i in range(8)]
+    p.bind_runner(FakeRunner(ids))
+    for c in p.controllers.values():
+        for n in (1, 8, 16):
+            c.observe_target_step(0.01, n)  # flat T(n) = 10 ms: drafting costs no forward time
+        for _ in range(2):                  # (the first sample is skipped as set-up)
+            c.observe_spec_overhead(0.01)   # σ = one plain step
+        for rid in ids[1:]:                 # 7 rows whose drafts are always rejected
+            for _ in range(6):
+                c.observe_round(rid, 4, 0)
+    seqs = [[1, 2, 3, 1, 2, 3, 1, 2] for _ in ids]  # every row has an n-gram match
+    planned = []
+    plan = p.planner.plan
+    monkeypatch.setattr(p.planner, "plan", lambda *a, **kw: planned.append(a[1]) or plan(*a, **kw))
+    n, arr = Batch(seqs).arrays()
+    assert p.propose([[s[-1]] for s in seqs], n, arr) == [[]] * 8
+    # r0 alone would draft (its α is the prior), but σ slows all 8 rows: held unplanned
+    assert planned == [] and p.stats.no_draft["adaptive"] == 8
+    assert p.stats.prefill_tokens == 0
+    for c in p.controllers.values():
+        for _ in range(20):
+            c.observe_spec_overhead(0.0)  # σ's median -> 0: the step may pay again
+    d = p.propose([[s[-1]] for s in seqs], n, arr)
+    assert planned == ids and d[0] == [3, 1, 2, 3]
+
+
 def test_long_catch_up_is_chunked_under_the_prefill_budget(tiny, monkeypatch):
     """A prompt longer than the budget is fed in chunks over several rounds, drafting
     nothing until caught up; a short request in the same batch drafts every round."""
