@@ -198,8 +198,9 @@ def _children_cpu_s() -> float:
 def write_prompts(path: Path, prompts: list[str], lengths: list[int] | None = None) -> Path:
     """``prompts`` as vLLM's ``custom`` dataset (JSONL, one "prompt" per line), with
     each request's ``output_tokens`` when ``lengths`` is given."""
-    rows = [{"prompt": p} if lengths is None else {"prompt": p, "output_tokens": n}
-            for p, n in zip(prompts, lengths or [0] * len(prompts))]
+    rows = [{"prompt": p} for p in prompts]
+    for row, n in zip(rows, lengths or []):
+        row["output_tokens"] = n
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 

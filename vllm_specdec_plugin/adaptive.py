@@ -403,9 +403,10 @@ class AdaptiveK:
 
     def step_verifies(self, verifies: bool) -> None:
         """Tell the controller whether the step just planned verifies drafts at all
-        (after every cut the caller makes: its batch check, grammar, draft KV pool). A verifying step pays σ anyway, so probing
-        held requests is cheap again: the interval resets to ``probe_every``. A probe
-        step does not count (its outcome sets the interval)."""
+        (after every cut the caller makes: its batch check, grammar, draft KV pool).
+        A verifying step pays σ anyway, so probing held requests is cheap again: the
+        interval resets to ``probe_every``. A probe step does not count (its outcome
+        sets the interval)."""
         c = self.cfg
         if verifies and c.probe_every and not self.probing:
             self._probe_interval = c.probe_every

@@ -79,8 +79,8 @@ class Planner:
         estimates: required in hybrid mode (the source choice), ignored otherwise.
         """
         req.seen = True
-        k_room = min(self.k, self.max_model_len - length - 1)
-        if k_room <= 0:  # verifying L + k tokens must emit at most max_model_len
+        k_room = self._k_room(length)
+        if k_room <= 0:
             return self._none("length_guard")
         if self.uses_ngram and self.uses_model:
             return self._plan_hybrid(row, req_id, req, length, committed_row, choices,
@@ -101,8 +101,12 @@ class Planner:
         """No drafts this round, without planning (the step as a whole cannot pay):
         counted as ``reason``, or "length_guard" where ``plan`` would have said so."""
         req.seen = True
-        self._none("length_guard" if min(self.k, self.max_model_len - length - 1) <= 0
-                   else reason)
+        self._none("length_guard" if self._k_room(length) <= 0 else reason)
+
+    def _k_room(self, length: int) -> int:
+        """Most drafts a request at committed length L may get: verifying L + k tokens
+        must emit at most max_model_len."""
+        return min(self.k, self.max_model_len - length - 1)
 
     def _plan_hybrid(self, row: int, req_id: str, req: RequestState, length: int,
                      committed_row: np.ndarray, choices: Choices, estimates: Estimates,
