@@ -34,9 +34,13 @@ Rule (per engine step at batch size B, per request with acceptance estimate α):
   probes decides the next interval: if drafting at that acceptance would pay (k > 0
   by the rule) it is ``probe_every`` again, else it doubles, up to ``probe_max``; so
   a server where speculation does not pay spends at most about one step in
-  ``probe_max`` on probes. A step that verifies drafts by the rule (``step_verifies``)
-  also resets the interval (verifying steps pay σ anyway, so probing there is cheap).
-  0 = never probe.
+  ``probe_max`` on probes. A paying probe that lifted rows past the rule is
+  confirmed by the next step: if that step verifies no drafts (``step_verifies``:
+  the batch check or another cut stopped the lifted rows), the interval doubles
+  too, so probes accepted per row cannot keep a batch that never pays probing every
+  ``probe_every`` steps. A step that verifies drafts by the rule also resets the
+  interval (verifying steps pay σ anyway, so probing there is cheap). 0 = never
+  probe.
 - The batch pays σ: a verifying step's fixed cost falls on all B rows, not only on
   those that draft. So after each row's choice the step as a whole must pay
   (``batch_pays``: S_batch = (1 + Σ(E[N_i] - 1)/B) / (1 + σ + Σ k_i·cost_i/B) >
@@ -249,9 +253,12 @@ class AdaptiveK:
         self._step = 0
         self._probe_interval = config.probe_every
         self._next_probe: int | None = None  # None while no request is held at 0
-        self._probing: set[str] = set()  # probed at the last probe step, not yet observed
+        self._probed: tuple[str, ...] = ()  # the requests probed at the last probe step
+        self._probing: set[str] = set()  # of those, the ones not yet observed
         self._probe_step: int | None = None  # that step, until its outcome is booked
         self._probe_succ = self._probe_trials = 0.0
+        # (probe step, doubled interval) while a paying probe awaits the next step's verdict
+        self._unconfirmed: tuple[int, int] | None = None
 
     # -- acceptance -------------------------------------------------------------
     def observe_round(self, req_id: str, drafted: int, accepted: int) -> None:
@@ -375,6 +382,7 @@ class AdaptiveK:
         """k per request for this step: req_id -> (k, reason); reason "" if k > 0,
         "adaptive" if α is too low, "load" if no α could pay for drafts at this batch."""
         self.begin_step()
+        self._unconfirmed = None  # step_verifies was not told about the last step
         c = self.cfg
         cost, fixed = self.cost_per_draft(batch_size), self.fixed_cost(batch_size)
         if best_k(ALPHA_MAX, cost, c.k_max, c.min_gain, fixed) == 0:
@@ -406,8 +414,18 @@ class AdaptiveK:
         (after every cut the caller makes: its batch check, grammar, draft KV pool).
         A verifying step pays σ anyway, so probing held requests is cheap again: the
         interval resets to ``probe_every``. A probe step does not count (its outcome
-        sets the interval)."""
+        sets the interval), and the step after a paying probe that lifted rows
+        confirms it: if that step does not verify, the interval doubles as for a
+        probe that did not pay."""
         c = self.cfg
+        if self._unconfirmed is not None:
+            probe_step, doubled = self._unconfirmed
+            self._unconfirmed = None
+            if not verifies and not self.probing:
+                self._probe_interval = doubled
+                if self._next_probe is not None:
+                    self._next_probe = probe_step + doubled
+                return
         if verifies and c.probe_every and not self.probing:
             self._probe_interval = c.probe_every
             if self._next_probe is not None:
@@ -420,10 +438,14 @@ class AdaptiveK:
             trials = self._probe_trials
             paid = trials > 0 and best_k(min(self._probe_succ / trials, ALPHA_MAX), cost,
                                          c.k_max, c.min_gain, fixed) > 0
-            self._probe_interval = c.probe_every if paid else \
-                min(2 * self._probe_interval, c.probe_max)
+            doubled = min(2 * self._probe_interval, c.probe_max)
+            self._probe_interval = c.probe_every if paid else doubled
+            if paid and any(out[rid][0] for rid in self._probed if rid in out):
+                # it lifted rows past the rule; step_verifies tells whether the batch
+                # lets them draft (a probe that lifted none only adds evidence)
+                self._unconfirmed = (self._probe_step, doubled)
             self._next_probe = self._probe_step + self._probe_interval
-            self._probe_step, self._probing = None, set()
+            self._probe_step, self._probing, self._probed = None, set(), ()
             self._probe_succ = self._probe_trials = 0.0
         if not held or not c.probe_every:
             self._next_probe = None
@@ -434,6 +456,7 @@ class AdaptiveK:
             return
         for rid in held:
             out[rid] = (1, "")
+        self._probed = tuple(held)
         self._probing = set(held)
         self._probe_step = self._step
 

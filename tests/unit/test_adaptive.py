@@ -350,6 +350,40 @@ def test_a_probe_step_is_flagged_and_does_not_reset_the_interval():
     assert [i for i, f in enumerate(flags, start=2) if f] == [4, 12, 28]  # doubling
 
 
+def test_a_paying_probe_the_batch_does_not_follow_backs_off():
+    """Each probe lifts one held row past the rule (pooled acceptance pays per row).
+    If the caller lets lifted rows draft, probing stays at probe_every; if every step
+    after a probe verifies nothing (its batch check vetoed the lifted rows), the
+    interval doubles as for a probe that did not pay."""
+    def probe_steps(batch_lets_them_draft: bool) -> list[int]:
+        ak = AdaptiveK(AdaptiveConfig(k_max=4, c_prime_default=0.05, probe_every=4,
+                                      probe_max=64))
+        ids = [f"r{i}" for i in range(8)]
+        for _ in range(100):  # hold every row
+            out = step(ak, ids, 8)
+            if all(k == 0 for k, _ in out.values()):
+                break
+            for rid, (k, _) in out.items():
+                ak.observe_round(rid, k, 0)
+        probes, drafting = [], set()
+        for j in range(1, 64):
+            out = ak.choose(ids, 8)
+            by_rule = {rid for rid, (k, _) in out.items() if k > 0}
+            if ak.probing:
+                probes.append(j)
+                for i, rid in enumerate(sorted(by_rule - drafting)):
+                    ak.observe_round(rid, 1, 1 if i == 0 else 0)  # one accepted
+                ak.step_verifies(True)
+            else:
+                drafting = by_rule
+                ak.step_verifies(bool(by_rule) and batch_lets_them_draft)
+        assert drafting, "the accepted probes lift rows past the rule"
+        return probes
+
+    assert probe_steps(True) == [3, 7, 11, 15, 19, 23, 27]  # lifted rows draft
+    assert probe_steps(False) == [3, 11, 27, 59]  # the batch vetoes them: doubling
+
+
 def test_best_k_with_a_fixed_cost_looks_past_k1():
     # S(1) < 1 = S(0) < S(k*): the walk must not stop at k = 1
     alpha, cost, fixed = 0.95, 0.02, 1.0
