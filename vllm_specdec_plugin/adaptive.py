@@ -9,9 +9,13 @@ Rule (per engine step at batch size B, per request with acceptance estimate α):
   verifies drafts at all (s: seconds of the exact rejection sampler, which a plain
   step does not run; the median of the last ``SPEC_WINDOW`` measurements, the very
   first skipped as it pays one-time set-up; 0 until measured).
-  c' = draft seconds per draft forward / T(B_draft), an EMA
-  (weight ``ema``) of ratios measured at each draft round; ``c_prime_default``
-  until the first one. The target step time is T(n) = a + b·n in n = tokens in the
+  c'(B) = (a_d + b_d·B) / T(B): one more draft forward over B rows, in plain steps.
+  A draft round of P forwards over N tokens in all takes P·a_d + N·b_d seconds
+  (a forward's fixed cost, plus its cost per token), fit by exponentially weighted
+  least squares without intercept (newest round weighted ``ema``). A lazy-prefill
+  catch-up (a new prompt, or a request resuming after a hold) adds tokens, not
+  forwards, so it does not read as dearer drafting. ``c_prime_default`` until the
+  first round. The target step time is T(n) = a + b·n in n = tokens in the
   step, fit online by exponentially weighted least squares (forgetting factor
   ``fit_decay`` per sample) on every step, plain and verify. Verifying k more tokens
   per request adds k·b·B, so v(B) = b·B / (a + b·B): ~0 at small B (fixed overhead
@@ -61,6 +65,7 @@ ALPHA_MAX = 0.999  # α̂ never claims certainty: a rejection always pulls it do
 MIN_GAIN = 0.02  # hysteresis: speculate only if the predicted S > 1 + MIN_GAIN
 _A_MIN = 1e-6  # seconds; floor of the fitted intercept, so T(B) > 0 and v(B) < 1
 _MIN_VAR_N = 1e-6  # weighted variance of n below which the slope is not identifiable
+_MIN_DET = 1e-4  # (relative spread of N/P)² below which the draft fit has one unknown
 SPEC_WINDOW = 15  # σ: median of this many latest measurements (robust to a slow step)
 
 
@@ -194,7 +199,7 @@ class AdaptiveConfig:
     probe_every: int = 8  # steps before the first probe of held requests; 0 = never
     probe_max: int = 128  # the probe interval doubles up to this many steps
     c_prime_default: float = 0.05  # draft cost / plain step, until measured
-    ema: float = 0.2  # weight of the newest draft-cost measurement
+    ema: float = 0.2  # weight of the newest draft round in the draft-cost fit
     fit_decay: float = 0.99  # weight kept by past samples of the T(n) fit per step
 
     def __post_init__(self) -> None:
@@ -215,6 +220,38 @@ class AdaptiveConfig:
         need(self.c_prime_default >= 0, f"c_prime_default must be >= 0, got {self.c_prime_default!r}")
         need(0.0 < self.ema <= 1.0, f"ema must be in (0, 1], got {self.ema!r}")
         need(0.0 < self.fit_decay <= 1.0, f"fit_decay must be in (0, 1], got {self.fit_decay!r}")
+
+
+class _DraftCost:
+    """Draft round seconds ≈ P·a_d + N·b_d for P forwards over N tokens in all,
+    fit by exponentially weighted least squares without intercept (forgetting
+    ``forget`` per round), a_d, b_d >= 0. While every round so far had the same
+    N/P the two cannot be told apart: then b_d = 0 (a forward costs what it cost)."""
+
+    __slots__ = ("forget", "pp", "pn", "nn", "py", "ny", "fit")
+
+    def __init__(self, forget: float) -> None:
+        self.forget = forget
+        self.pp = self.pn = self.nn = self.py = self.ny = 0.0
+        self.fit: tuple[float, float] | None = None  # (a_d s/forward, b_d s/token)
+
+    def add(self, seconds: float, passes: int, tokens: int) -> None:
+        f, p, n = self.forget, float(passes), float(tokens)
+        self.pp = f * self.pp + p * p
+        self.pn = f * self.pn + p * n
+        self.nn = f * self.nn + n * n
+        self.py = f * self.py + p * seconds
+        self.ny = f * self.ny + n * seconds
+        det = self.pp * self.nn - self.pn * self.pn
+        a = b = -1.0
+        if det > _MIN_DET * self.pp * self.nn:  # N/P has varied: both identifiable
+            a = (self.py * self.nn - self.ny * self.pn) / det
+            b = (self.pp * self.ny - self.pn * self.py) / det
+        if b < 0:  # not identifiable, or noise: all on the forward
+            a, b = self.py / self.pp, 0.0
+        elif a < 0:
+            a, b = 0.0, self.ny / self.nn
+        self.fit = (a, b)
 
 
 class _Req:
@@ -245,7 +282,7 @@ class AdaptiveK:
         self._a: float | None = None  # seconds
         self._b = 0.0  # seconds per token
         self._b_good: float | None = None  # last identifiable slope
-        self._c_prime: float | None = None
+        self._draft_cost = _DraftCost(1.0 - config.ema)
         self._spec_s: float | None = None  # seconds a verifying step adds (σ·T)
         self._spec_samples: deque[float] = deque(maxlen=SPEC_WINDOW)
         self._spec_first_seen = False
@@ -327,17 +364,15 @@ class AdaptiveK:
         """Fitted T(n) in seconds; None before any target step."""
         return None if self._a is None else self._a + self._b * num_tokens
 
-    def observe_draft_step(self, seconds: float, num_forwards: int, batch_size: int) -> None:
-        """One draft round: wall seconds of ``num_forwards`` forwards over ``batch_size`` requests."""
-        if not seconds >= 0 or num_forwards < 0 or batch_size < 1:
+    def observe_draft_step(self, seconds: float, num_forwards: int, num_tokens: int) -> None:
+        """One draft round: wall seconds of ``num_forwards`` forwards that ran
+        ``num_tokens`` tokens in all (catch-up prefill plus one per drafting row per
+        later forward)."""
+        if not seconds >= 0 or num_forwards < 0 or num_tokens < num_forwards:
             raise ValueError(f"bad draft step: seconds={seconds!r}, forwards={num_forwards!r}, "
-                             f"batch={batch_size!r}")
-        t = self.step_time(batch_size)
-        if num_forwards == 0 or t is None:
-            return  # nothing to divide by yet
-        ratio = seconds / num_forwards / t
-        e = self.cfg.ema
-        self._c_prime = ratio if self._c_prime is None else (1 - e) * self._c_prime + e * ratio
+                             f"tokens={num_tokens!r}")
+        if num_forwards:
+            self._draft_cost.add(seconds, num_forwards, num_tokens)
 
     def observe_spec_overhead(self, seconds: float) -> None:
         """Seconds a step spent on what only a verifying step runs (the exact
@@ -357,9 +392,13 @@ class AdaptiveK:
             return 0.0
         return self._spec_s / t
 
-    def c_prime(self) -> float:
-        """Draft cost per draft token, in plain target steps."""
-        return self.cfg.c_prime_default if self._c_prime is None else self._c_prime
+    def c_prime(self, batch_size: int) -> float:
+        """c'(B): one more draft forward over ``batch_size`` rows, in plain target
+        steps at that batch (``c_prime_default`` before a draft round and a target fit)."""
+        t, fit = self.step_time(batch_size), self._draft_cost.fit
+        if fit is None or not t:
+            return self.cfg.c_prime_default
+        return (fit[0] + fit[1] * batch_size) / t
 
     def load_cost(self, batch_size: int) -> float:
         """v(B) = b·B / (a + b·B): extra verify cost per draft token, in plain steps."""
@@ -370,7 +409,7 @@ class AdaptiveK:
 
     def cost_per_draft(self, batch_size: int) -> float:
         """c' + v(B): cost of one more draft token per request, in plain target steps."""
-        return self.c_prime() + self.load_cost(batch_size)
+        return self.c_prime(batch_size) + self.load_cost(batch_size)
 
     # -- decision ---------------------------------------------------------------
     def begin_step(self) -> None:
@@ -461,13 +500,17 @@ class AdaptiveK:
         self._probe_step = self._step
 
     def snapshot(self) -> dict:
-        """For metrics/logs: a (s), b (s/token), spec_s (s), c_prime, global_alpha,
+        """For metrics/logs: a (s), b (s/token), spec_s (s), draft_a (s per draft
+        forward), draft_b (s per draft token), c_prime (at batch 1), global_alpha,
         probe_interval (steps), tracked_requests."""
+        fit = self._draft_cost.fit
         return {
             "a": self._a,
             "b": self._b,
             "spec_s": self._spec_s,
-            "c_prime": self.c_prime(),
+            "draft_a": None if fit is None else fit[0],
+            "draft_b": None if fit is None else fit[1],
+            "c_prime": self.c_prime(1),
             "probe_interval": self._probe_interval,
             "global_alpha": self.global_alpha(),
             "tracked_requests": len(self._reqs),

@@ -369,9 +369,10 @@ class DraftModelProposer:
         self.draft_seconds += dt
         self.draft_forwards += passes
         self.metrics.draft_step(dt)
-        n_drafting = sum(p.k > 0 for p in plans)
-        if "draft" in self.controllers and n_drafting:
-            self.controllers["draft"].observe_draft_step(dt, passes, n_drafting)
+        if "draft" in self.controllers and any(p.k > 0 for p in plans):
+            # pass 1 ran every catch-up token; each later pass one per row still drafting
+            tokens = fed + sum(max(p.k - 1, 0) for p in plans)
+            self.controllers["draft"].observe_draft_step(dt, passes, tokens)
         return sampler
 
     def _sampling_inputs(self, plan: Plan, committed_row: np.ndarray) -> None:

@@ -12,6 +12,7 @@ the phase-switch test checks that.
 from __future__ import annotations
 
 import random
+import statistics
 from fractions import Fraction
 
 import pytest
@@ -480,22 +481,48 @@ def test_degenerate_fits():
 
 def test_draft_cost_is_measured_relative_to_target_step():
     ak = AdaptiveK(AdaptiveConfig(k_max=4, c_prime_default=0.05))
-    ak.observe_draft_step(0.01, 4, 8)  # no target fit yet: nothing to divide by
-    assert ak.c_prime() == 0.05
+    ak.observe_draft_step(0.01, 4, 32)  # no target fit yet: nothing to divide by
+    assert ak.c_prime(8) == 0.05
     a, b = 0.02, 2e-5
     feed_linear(ak, a, b)
-    for _ in range(30):
-        ak.observe_draft_step(3 * 0.25 * (a + b * 8), 3, 8)  # c' = 0.25
-    assert ak.c_prime() == pytest.approx(0.25, rel=0.01)
+    for _ in range(30):  # 3 forwards over 8 rows, each 0.25 of a target step at B = 8
+        ak.observe_draft_step(3 * 0.25 * (a + b * 8), 3, 3 * 8)
+    assert ak.c_prime(8) == pytest.approx(0.25, rel=0.01)
     assert ak.cost_per_draft(8) == pytest.approx(0.25 + b * 8 / (a + b * 8), rel=0.01)
-    assert ak.snapshot()["c_prime"] == ak.c_prime()
+    assert ak.snapshot()["c_prime"] == ak.c_prime(1)
+    with pytest.raises(ValueError):
+        ak.observe_draft_step(0.01, 4, 3)  # fewer tokens than forwards
+
+
+def test_a_catch_up_prefill_does_not_read_as_dearer_drafting():
+    """Rounds that feed a prompt or a held request's backlog to the draft add tokens,
+    not forwards: c'(B) stays the cost of one more forward over B rows."""
+    a, b = 0.02, 2e-5  # target step: T(n) = a + b·n
+    a_d, b_d = 2e-3, 2e-5  # draft: a forward's fixed cost, and per token
+    ak = AdaptiveK(AdaptiveConfig(k_max=8))
+    feed_linear(ak, a, b)
+    rng = random.Random(3)
+    naive = []
+    for _ in range(60):
+        rows, k = rng.randint(1, 16), rng.randint(1, 8)
+        fed = rows * rng.choice([1, 2, 2, 40, 300])  # steady, or a catch-up
+        tokens = fed + rows * (k - 1)
+        seconds = (k * a_d + tokens * b_d) * (1 + rng.uniform(-0.02, 0.02))
+        ak.observe_draft_step(seconds, k, tokens)
+        naive.append(seconds / k / (a + b * rows))  # the old ratio, per forward
+    for batch in (1, 8, 16):
+        assert ak.c_prime(batch) == pytest.approx((a_d + b_d * batch) / (a + b * batch), rel=0.1)
+    assert statistics.fmean(naive) > 2 * ak.c_prime(16)  # what catch-ups did to the old EMA
+    snap = ak.snapshot()
+    assert snap["draft_a"] == pytest.approx(a_d, rel=0.15)
+    assert snap["draft_b"] == pytest.approx(b_d, rel=0.15)
 
 
 def _loaded(a: float, b: float, prior_alpha: float, probe_every: int = 8) -> AdaptiveK:
     ak = AdaptiveK(AdaptiveConfig(k_max=8, prior_alpha=prior_alpha, probe_every=probe_every))
     feed_linear(ak, a, b)
     for m in (1, 8, 64, 256):  # draft forward = 0.1 target step at the same batch
-        ak.observe_draft_step(2 * 0.1 * (a + b * m), 2, m)
+        ak.observe_draft_step(2 * 0.1 * (a + b * m), 2, 2 * m)
     return ak
 
 
