@@ -209,6 +209,17 @@ def _hold(ak: AdaptiveK, rid: str = "r") -> None:
     assert (k, why) == (0, "adaptive")
 
 
+def _hold_all(ak: AdaptiveK, ids: list[str], batch: int = 1) -> None:
+    """Reject everything until the rule holds every request at k = 0."""
+    for _ in range(100):
+        out = step(ak, ids, batch)
+        if all(k == 0 for k, _ in out.values()):
+            return
+        for rid, (k, _) in out.items():
+            ak.observe_round(rid, k, 0)
+    raise AssertionError("the rule never held every request")
+
+
 def test_probing_cadence_backs_off_and_recovers():
     cfg = AdaptiveConfig(k_max=4, c_prime_default=0.05, probe_every=8, probe_max=32)
     ak = AdaptiveK(cfg)
@@ -248,12 +259,7 @@ def test_probes_of_held_requests_share_one_step():
     # a verifying step pays sigma once, so every held request probes in the same step
     ak = AdaptiveK(AdaptiveConfig(k_max=4, c_prime_default=0.05, probe_every=4, probe_max=64))
     ids = [f"r{i}" for i in range(6)]
-    for _ in range(100):
-        out = step(ak, ids)
-        if all(k == 0 for k, _ in out.values()):
-            break
-        for rid, (k, _) in out.items():
-            ak.observe_round(rid, k, 0)
+    _hold_all(ak, ids)
     steps = []
     for j in range(1, 200):
         out = step(ak, ids)
@@ -360,12 +366,7 @@ def test_a_paying_probe_the_batch_does_not_follow_backs_off():
         ak = AdaptiveK(AdaptiveConfig(k_max=4, c_prime_default=0.05, probe_every=4,
                                       probe_max=64))
         ids = [f"r{i}" for i in range(8)]
-        for _ in range(100):  # hold every row
-            out = step(ak, ids, 8)
-            if all(k == 0 for k, _ in out.values()):
-                break
-            for rid, (k, _) in out.items():
-                ak.observe_round(rid, k, 0)
+        _hold_all(ak, ids, 8)
         probes, drafting = [], set()
         for j in range(1, 64):
             out = ak.choose(ids, 8)
