@@ -73,7 +73,10 @@ def plan_groups(configs: list[BenchConfig], group_size: int) -> list[list[BenchC
         raise ValueError("exactly one baseline (nospec) configuration is required")
     base = bases[0]
     order = {c.name: i for i, c in enumerate(configs)}
-    others = sorted((c for c in configs if not c.is_baseline), key=lambda c: (c.k, order[c.name]))
+    # By k, so same-k methods share a group; k = 0 (the A/A control) last: it pairs
+    # with the baseline only and must not push a same-k pair across a group boundary.
+    others = sorted((c for c in configs if not c.is_baseline),
+                    key=lambda c: (c.k == 0, c.k, order[c.name]))
     per = max(1, group_size - 1)
     chunks = [others[i:i + per] for i in range(0, len(others), per)] or [[]]
     return [[base] + sorted(ch, key=lambda c: order[c.name]) for ch in chunks]

@@ -3,7 +3,8 @@
 ``python -m benchmarks.serving [--smoke] [--pair bench] [--configs ...] [--out DIR]``
 
 Every configuration (``configs.TABLE`` names: ``nospec``, ``draft_model-k4``,
-``ngram-k4``, ``plugin-k4``, ``plugin-hybrid-adaptive-k8``, ...) is one ``vllm serve``
+``ngram-k4``, ``plugin-k4``, ``plugin-hybrid-adaptive-k8``, the A/A control
+``nospec-again``, ...) is one ``vllm serve``
 process, started with the settings users get (torch.compile on unless ``--eager``)
 and with ``VLLM_PLUGINS`` loading our plugin only where it is the method under test.
 The load generator is vLLM's own ``vllm bench serve``: closed-loop fixed concurrencies
@@ -57,7 +58,7 @@ DROP_KEYS = ("ttfts", "itls", "input_lens", "output_lens", "generated_texts", "e
 # sent once per server in the whole run (workloads.unique_code_prompts).
 WORKLOADS = {"mixed": ("openai", "/v1/completions"), "chat": ("openai-chat", "/v1/chat/completions"),
              "unique": ("openai", "/v1/completions")}
-FULL = dict(configs=["draft_model-k4", "ngram-k4", "suffix-k8", "plugin-k4",
+FULL = dict(configs=["nospec-again", "draft_model-k4", "ngram-k4", "suffix-k8", "plugin-k4",
                      "plugin-hybrid-adaptive-k8"],
             concurrency=[1, 2, 4, 8, 16, 32, 64], rates=[0.5, 1, 2, 4, 8], reps=2, output_len=64)
 SMOKE = dict(configs=["plugin-hybrid-adaptive-k8"], concurrency=[1, 2], rates=[4.0], reps=1,

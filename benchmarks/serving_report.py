@@ -15,12 +15,14 @@ speedup over S (efficiency).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks.configs import BASELINE
 from benchmarks.stats import median
 
-BASELINE = "nospec"
+A_A = "nospec-again"    # the A/A control (configs.TABLE): the run's noise floor
 LOAD_KINDS = (("max_concurrency", "concurrency"), ("request_rate", "request rate (req/s)"))
 METRICS = (("output_throughput", "output tok/s"), ("median_tpot_ms", "TPOT p50 (ms)"),
            ("p99_tpot_ms", "TPOT p99 (ms)"))
@@ -39,9 +41,53 @@ def _table(res: dict) -> dict:
     return t
 
 
+def _ratios(row: dict, base: dict, metric: str) -> list[float]:
+    """Paired ratios row / base, one per repetition both measured."""
+    return [a / b for a, b in zip(row[metric], base[metric]) if a is not None and b]
+
+
 def _ratio(row: dict, base: dict, metric: str) -> float | None:
-    pairs = [(a, b) for a, b in zip(row[metric], base[metric]) if a is not None and b]
-    return median([a / b for a, b in pairs]) if pairs else None
+    rs = _ratios(row, base, metric)
+    return median(rs) if rs else None
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def pooled(res: dict) -> dict:
+    """{(workload, kind, config): {metric: every paired ratio to no speculation over all
+    loads and repetitions}} for throughput and median TPOT."""
+    out: dict = defaultdict(lambda: defaultdict(list))
+    for (workload, kind), loads in _table(res).items():
+        for row_by_cfg in loads.values():
+            base = row_by_cfg.get(BASELINE)
+            for cfg, row in row_by_cfg.items():
+                if cfg == BASELINE or base is None:
+                    continue
+                for m, _ in METRICS[:2]:
+                    out[(workload, kind, cfg)][m] += _ratios(row, base, m)
+    return out
+
+
+def pooled_lines(res: dict) -> list[str]:
+    """Markdown: per workload, load kind and configuration, the geometric mean and range
+    of its paired ratios over every load and repetition, next to the A/A control's."""
+    pool = pooled(res)
+    if not pool:
+        return []
+    lines = ["## Pooled over loads and repetitions", "",
+             "Geometric mean [min, max] of every paired ratio to no speculation. "
+             f"`{A_A}` is a second engine without speculation: its spread is what this "
+             "run's noise alone gives.", "",
+             "| workload | load kind | config | ratios | tput | TPOT p50 |",
+             "|---|---|---|---:|---|---|"]
+    for (workload, kind, cfg), by_m in sorted(pool.items()):
+        cells = [f"{_geomean(v):.3f}x [{min(v):.2f}, {max(v):.2f}]" if v else "–"
+                 for v in (by_m["output_throughput"], by_m["median_tpot_ms"])]
+        lines.append(f"| {workload} | {dict(LOAD_KINDS)[kind]} | {cfg} | "
+                     f"{len(by_m['output_throughput'])} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def crossovers(res: dict) -> dict:
@@ -147,8 +193,9 @@ def markdown(res: dict) -> str:
              f"`vllm bench serve` against `vllm serve`; git {meta['git'].get('short')}; "
              f"args {meta['args']}", "",
              "Ratios are to no speculation, paired per repetition, median over repetitions "
-             "(throughput: higher is better; TPOT: lower is better). `*`: a repetition ran "
-             "while other processes used > 0.25 CPUs.", ""]
+             "(throughput: higher is better; TPOT: lower is better); with more than one "
+             "repetition, the throughput ratios' range follows in brackets. `*`: a repetition "
+             "ran while other processes used > 0.25 CPUs.", ""]
     cross = crossovers(res)
     for (workload, kind), loads in sorted(_table(res).items()):
         configs = sorted({c for load in loads.values() for c in load if c != BASELINE})
@@ -169,11 +216,16 @@ def markdown(res: dict) -> str:
                     continue
                 rs = [_ratio(row, base, m) for m, _ in METRICS]
                 flag = "*" if any(row["contended"]) or any(base["contended"]) else ""
-                cells.append(" / ".join("–" if r is None else f"{r:.2f}x" for r in rs) + flag)
+                text = ["–" if r is None else f"{r:.2f}x" for r in rs]
+                tput = _ratios(row, base, "output_throughput")
+                if len(tput) > 1:
+                    text[0] += f" [{min(tput):.2f}, {max(tput):.2f}]"
+                cells.append(" / ".join(text) + flag)
             lines.append(f"| {load:g} | " + " | ".join(cells) + " |")
         lines += ["", "Crossover (lowest load where throughput falls below no speculation): " +
                   ", ".join(f"{c}: {'never' if v is None else f'{v:g}'}"
                             for c, v in cross[(workload, kind)].items()), ""]
+    lines += pooled_lines(res)
     lines += cpu_lines(res)
     lines += step_lines(res)
     rows = bound_rows(res)

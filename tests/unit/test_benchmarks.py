@@ -374,6 +374,43 @@ def test_output_spread_gives_each_request_its_length(tmp_path):
 
 
 @pytest.mark.unit
+def test_nospec_again_is_an_a_a_control_not_a_second_baseline():
+    """The A/A control runs without speculation and without our plugin, but is measured
+    like a method: selecting configs never adds it, and the baseline stays unique."""
+    by = {c.name: c for c in expand()}
+    again = by["nospec-again"]
+    assert not again.is_baseline and by["nospec"].is_baseline
+    assert again.speculative_config("/d") is None and again.vllm_plugins == ""
+    assert [c.name for c in select(expand(), ["plugin-k4"])] == ["nospec", "plugin-k4"]
+
+
+@pytest.mark.unit
+def test_serving_report_pools_paired_ratios_next_to_the_a_a_control():
+    """serving.md: each cell's throughput ratio carries its range over repetitions, and
+    the pooled section gives every config's geometric mean [min, max] of paired ratios
+    over loads and repetitions, the A/A control included."""
+    from benchmarks import serving_report
+
+    cells = []
+    for rep, (base, again, plug) in enumerate([(100, 110, 90), (100, 90, 121)]):
+        for load in (4, 16):
+            for cfg, tput in (("nospec", base), ("nospec-again", again), ("plugin-x", plug)):
+                cells.append({"config": cfg, "workload": "mixed", "max_concurrency": load,
+                              "repetition": rep, "output_throughput": float(tput),
+                              "median_tpot_ms": 1000.0 / tput, "p99_tpot_ms": 2000.0 / tput})
+    res = {"meta": {"pair": "ci", "started": "t", "git": {"short": "x"}, "args": {}},
+           "cells": cells}
+    pool = serving_report.pooled(res)
+    assert sorted(pool[("mixed", "max_concurrency", "plugin-x")]["output_throughput"]) == \
+        pytest.approx([0.9, 0.9, 1.21, 1.21])
+    md = serving_report.markdown(res)
+    assert "| 4 | 100.0 | 10.0 | 1.00x [0.90, 1.10] / 1.01x / 1.01x | 1.05x [0.90, 1.21] / " in md
+    # geometric mean of 0.9, 0.9, 1.21, 1.21 is sqrt(0.9 * 1.21) = 1.0436
+    assert "| mixed | concurrency | plugin-x | 4 | 1.044x [0.90, 1.21] | 0.958x [0.83, 1.11] |" in md
+    assert "| mixed | concurrency | nospec-again | 4 | 0.995x [0.90, 1.10] |" in md
+
+
+@pytest.mark.unit
 def test_vllm_plugins_empty_string_loads_nothing(monkeypatch):
     """VLLM_PLUGINS="" must load no general plugin (the in-tree comparisons rely on it),
     "specdec" only ours, and unset everything."""
