@@ -76,10 +76,11 @@ def pooled_lines(res: dict) -> list[str]:
     pool = pooled(res)
     if not pool:
         return []
+    aa = (f"`{A_A}` is a second engine without speculation: its spread is what this "
+          "run's noise alone gives." if any(k[2] == A_A for k in pool) else
+          f"This run has no A/A control (add `{A_A}` to `--configs`).")
     lines = ["## Pooled over loads and repetitions", "",
-             "Geometric mean [min, max] of every paired ratio to no speculation. "
-             f"`{A_A}` is a second engine without speculation: its spread is what this "
-             "run's noise alone gives.", "",
+             "Geometric mean [min, max] of every paired ratio to no speculation. " + aa, "",
              "| workload | load kind | config | ratios | tput | TPOT p50 |",
              "|---|---|---|---:|---|---|"]
     for (workload, kind, cfg), by_m in sorted(pool.items()):
