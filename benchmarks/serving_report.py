@@ -116,7 +116,7 @@ def bound_rows(res: dict) -> list[dict]:
     rows = []
     for c in res["cells"]:
         sp, t0 = c.get("spec"), base.get((c["workload"], c["repetition"]))
-        if c["config"] == BASELINE or c.get("max_concurrency") != 1 or not sp or not t0:
+        if c["config"] in (BASELINE, A_A) or c.get("max_concurrency") != 1 or not sp or not t0:
             continue
         row = {"config": c["config"], "workload": c["workload"], "repetition": c["repetition"],
                "tpot_speedup": t0 / c["median_tpot_ms"] if c.get("median_tpot_ms") else None}
