@@ -15,12 +15,11 @@ speedup over S (efficiency).
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.configs import BASELINE
-from benchmarks.stats import median
+from benchmarks.stats import geomean, median
 
 A_A = "nospec-again"    # the A/A control (configs.TABLE): the run's noise floor
 LOAD_KINDS = (("max_concurrency", "concurrency"), ("request_rate", "request rate (req/s)"))
@@ -49,10 +48,6 @@ def _ratios(row: dict, base: dict, metric: str) -> list[float]:
 def _ratio(row: dict, base: dict, metric: str) -> float | None:
     rs = _ratios(row, base, metric)
     return median(rs) if rs else None
-
-
-def _geomean(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
 def pooled(res: dict) -> dict:
@@ -84,7 +79,7 @@ def pooled_lines(res: dict) -> list[str]:
              "| workload | load kind | config | ratios | tput | TPOT p50 |",
              "|---|---|---|---:|---|---|"]
     for (workload, kind, cfg), by_m in sorted(pool.items()):
-        cells = [f"{_geomean(v):.3f}x [{min(v):.2f}, {max(v):.2f}]" if v else "–"
+        cells = [f"{geomean(v):.3f}x [{min(v):.2f}, {max(v):.2f}]" if v else "–"
                  for v in (by_m["output_throughput"], by_m["median_tpot_ms"])]
         lines.append(f"| {workload} | {dict(LOAD_KINDS)[kind]} | {cfg} | "
                      f"{len(by_m['output_throughput'])} | " + " | ".join(cells) + " |")
@@ -215,12 +210,11 @@ def markdown(res: dict) -> str:
                 if row is None:
                     cells.append("–")
                     continue
-                rs = [_ratio(row, base, m) for m, _ in METRICS]
+                rs = [_ratios(row, base, m) for m, _ in METRICS]
                 flag = "*" if any(row["contended"]) or any(base["contended"]) else ""
-                text = ["–" if r is None else f"{r:.2f}x" for r in rs]
-                tput = _ratios(row, base, "output_throughput")
-                if len(tput) > 1:
-                    text[0] += f" [{min(tput):.2f}, {max(tput):.2f}]"
+                text = [f"{median(r):.2f}x" if r else "–" for r in rs]
+                if len(rs[0]) > 1:   # throughput: its range over repetitions
+                    text[0] += f" [{min(rs[0]):.2f}, {max(rs[0]):.2f}]"
                 cells.append(" / ".join(text) + flag)
             lines.append(f"| {load:g} | " + " | ".join(cells) + " |")
         lines += ["", "Crossover (lowest load where throughput falls below no speculation): " +

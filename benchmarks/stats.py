@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["median", "median_ci", "paired_ratios", "quantile", "summarize"]
+__all__ = ["geomean", "median", "median_ci", "paired_ratios", "quantile", "summarize"]
 
 
 def _clean(values: Sequence[float]) -> list[float]:
@@ -38,6 +38,14 @@ def quantile(values: Sequence[float], q: float) -> float:
 
 def median(values: Sequence[float]) -> float:
     return quantile(values, 0.5)
+
+
+def geomean(values: Sequence[float]) -> float:
+    """Geometric mean: the average of ratios (0.5x and 2x average to 1x)."""
+    xs = _clean(values)
+    if not xs or xs[0] <= 0:
+        raise ValueError("geomean needs at least one value, all > 0")
+    return math.exp(math.fsum(math.log(x) for x in xs) / len(xs))
 
 
 def paired_ratios(numerator: Sequence[float], denominator: Sequence[float]) -> list[float]:

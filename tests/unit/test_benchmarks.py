@@ -123,6 +123,15 @@ def test_quantile_matches_numpy_linear():
 
 
 @pytest.mark.unit
+def test_geomean_averages_ratios():
+    assert stats.geomean([0.5, 2.0]) == pytest.approx(1.0)
+    assert stats.geomean([0.9, 1.21]) == pytest.approx(math.sqrt(0.9 * 1.21))
+    for bad in ([], [1.0, 0.0], [1.0, float("nan")]):
+        with pytest.raises(ValueError):
+            stats.geomean(bad)
+
+
+@pytest.mark.unit
 def test_paired_ratios_cancel_common_drift():
     """A drift that scales both configurations alike leaves every paired ratio exact,
     while the spread of unpaired throughput is large."""
