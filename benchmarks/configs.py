@@ -74,14 +74,16 @@ TABLE: list[Entry] = [
     Entry("nospec-again", "none"),
     Entry("draft_model", "draft_model", K_SWEEP),
     Entry("ngram", "ngram", (4,), spec={"prompt_lookup_max": 4, "prompt_lookup_min": 1}),
-    # vLLM's suffix decoding (arctic-inference); k is its ceiling per step.
-    Entry("suffix", "suffix", (8,)),
+    # vLLM's suffix decoding (arctic-inference); k is its ceiling per step. 24 is
+    # vLLM's default for suffix (suffix_decoding_max_tree_depth).
+    Entry("suffix", "suffix", (8, 24)),
     Entry("plugin", "plugin", K_SWEEP),
     # Issue 7 modes. Adaptive modes get a larger k: it is the ceiling they choose under.
     Entry("plugin-ngram", "plugin-nodraft", (4,), specdec={"method": "ngram"}),
     Entry("plugin-hybrid", "plugin", (4,), specdec={"method": "hybrid"}),
     Entry("plugin-adaptive", "plugin", (8,), specdec={"adaptive": True}),
-    Entry("plugin-hybrid-adaptive", "plugin", (8,), specdec={"method": "hybrid", "adaptive": True}),
+    Entry("plugin-hybrid-adaptive", "plugin", (8, 24),
+          specdec={"method": "hybrid", "adaptive": True}),
 ]
 
 QUICK_CONFIGS = ("nospec", "draft_model-k4", "ngram-k4", "plugin-k2", "plugin-k4")
