@@ -58,8 +58,8 @@ DROP_KEYS = ("ttfts", "itls", "input_lens", "output_lens", "generated_texts", "e
 # sent once per server in the whole run (workloads.unique_code_prompts).
 WORKLOADS = {"mixed": ("openai", "/v1/completions"), "chat": ("openai-chat", "/v1/chat/completions"),
              "unique": ("openai", "/v1/completions")}
-FULL = dict(configs=["nospec-again", "draft_model-k4", "ngram-k4", "suffix-k8", "plugin-k4",
-                     "plugin-hybrid-adaptive-k8"],
+FULL = dict(configs=["nospec-again", "draft_model-k4", "ngram-k4", "suffix-k8", "suffix-k24",
+                     "plugin-k4", "plugin-hybrid-adaptive-k8"],
             concurrency=[1, 2, 4, 8, 16, 32, 64], rates=[0.5, 1, 2, 4, 8], reps=2, output_len=64)
 SMOKE = dict(configs=["plugin-hybrid-adaptive-k8"], concurrency=[1, 2], rates=[4.0], reps=1,
              output_len=16)
