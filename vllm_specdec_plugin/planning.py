@@ -1,7 +1,8 @@
 """Each round's plan per request: how many drafts, from which source, what to feed.
 
 A request gets n-gram drafts (ready at once, point masses: from its own history, or
-the continuation of a finished request's, whichever matches the longer context), a
+the continuation of a finished request's, whichever matches the longer context; its
+own history's run where that agrees with a shorter corpus run and goes on), a
 draft-model plan (the committed tokens the draft has not seen, then k passes), or
 nothing this round (the reason is counted). In hybrid mode the source is chosen per
 request and round by predicted speedup S = E[N](α, k) / (1 + σ + k·cost) from that
@@ -188,11 +189,16 @@ class Planner:
             req.ngram = NGramIndex(NGramConfig(c.ngram_max_n, c.ngram_min_n, c.ngram_window))
         if len(req.ngram) < length:
             req.ngram.extend(committed_row[len(req.ngram):length])
+        own = req.ngram.propose(k)
         if self.corpus is not None:
             drafts, n = self.corpus.propose(req.ngram.tokens, k)
             if drafts and n > req.ngram.longest_match():
-                return drafts
-        return req.ngram.propose(k)
+                # The corpus match may sit near the end of its sequence (periodic text:
+                # the newest occurrence is the last), so it offers few tokens. Where the
+                # request's own history proposes the same tokens and more, both agree
+                # on the shared part: take the longer run.
+                return own if len(own) > len(drafts) and own[:len(drafts)] == drafts else drafts
+        return own
 
     def _none(self, reason: str) -> None:
         self.no_draft(reason)
