@@ -189,16 +189,19 @@ class Planner:
             req.ngram = NGramIndex(NGramConfig(c.ngram_max_n, c.ngram_min_n, c.ngram_window))
         if len(req.ngram) < length:
             req.ngram.extend(committed_row[len(req.ngram):length])
-        own = req.ngram.propose(k)
         if self.corpus is not None:
             drafts, n = self.corpus.propose(req.ngram.tokens, k)
             if drafts and n > req.ngram.longest_match():
-                # The corpus match may sit near the end of its sequence (periodic text:
-                # the newest occurrence is the last), so it offers few tokens. Where the
-                # request's own history proposes the same tokens and more, both agree
-                # on the shared part: take the longer run.
-                return own if len(own) > len(drafts) and own[:len(drafts)] == drafts else drafts
-        return own
+                if len(drafts) < k:
+                    # The corpus match may sit near the end of its sequence (periodic
+                    # text: the newest occurrence is the last), so it offers few tokens.
+                    # Where the request's own history proposes the same tokens and more,
+                    # both agree on the shared part: take the longer run.
+                    own = req.ngram.propose(k)
+                    if len(own) > len(drafts) and own[:len(drafts)] == drafts:
+                        return own
+                return drafts
+        return req.ngram.propose(k)
 
     def _none(self, reason: str) -> None:
         self.no_draft(reason)
