@@ -7,7 +7,9 @@ draft-model plan (the committed tokens the draft has not seen, then k passes), o
 nothing this round (the reason is counted). In hybrid mode the source is chosen per
 request and round by predicted speedup S = E[N](α, k) / (1 + σ + k·cost) from that
 source's measured acceptance for the request and its measured cost
-(``adaptive.choose_source``).
+(``adaptive.choose_source``). An n-gram proposal is priced after the lookup, by the
+acceptance of matches as long as its own (``match_pricing``); with adaptive k its
+number of drafts is the optimum at that price, up to what the lookup found.
 Lazy draft prefill is chunked under a per-round token budget so a long prompt joining
 a busy batch costs at most that budget per step.
 """
@@ -19,9 +21,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from vllm_specdec_plugin.adaptive import MIN_GAIN, choose_source
+from vllm_specdec_plugin.adaptive import MIN_GAIN, best_k, choose_source
 from vllm_specdec_plugin.config import SpecDecConfig
 from vllm_specdec_plugin.kv import BlockAllocator
+from vllm_specdec_plugin.match_pricing import MatchKey, match_key
 from vllm_specdec_plugin.ngram import CorpusIndex, NGramConfig, NGramIndex
 from vllm_specdec_plugin.request_state import RequestState, truncate
 
@@ -41,6 +44,8 @@ class Plan:
     output: list[int] = field(default_factory=list)
     drafts: list[int] = field(default_factory=list)
     grammar: Any = None     # structured output: the request's grammar copy (masks drafts)
+    alpha: float | None = None  # predicted acceptance of these drafts (None: unpriced)
+    match: MatchKey | None = None  # n-gram drafts: the bucket of the match they came from
 
     @property
     def cached(self) -> int:
@@ -51,8 +56,9 @@ class Plan:
 # (k, reason-if-0) per request id, per draft source, from the adaptive controllers
 Choices = dict[str, dict[str, tuple[int, str]]]
 # per draft source: (α of a request id, cost of one draft token in plain steps,
-# fixed cost σ of a verifying step in plain steps)
-Estimates = dict[str, tuple[Callable[[str], float], float, float]]
+# fixed cost σ of a verifying step in plain steps). The n-gram source's α also takes
+# the match bucket of a proposal: alpha(req_id, match); alpha(req_id) is the request's.
+Estimates = dict[str, tuple[Callable[..., float], float, float]]
 
 
 class Planner:
@@ -87,12 +93,12 @@ class Planner:
             return self._plan_hybrid(row, req_id, req, length, committed_row, choices,
                                      estimates or {}, k_room)
         if self.uses_ngram:
-            k, reason = _chosen_k(choices, "ngram", req_id, self.k, k_room)
-            if not k:
-                return self._none(reason)
-            drafts = self._ngram_drafts(req, committed_row, length, k)
-            return self._ngram_plan(row, req_id, req, length, drafts) if drafts \
-                else self._none("ngram_miss")
+            offer = self._ngram_offer(req_id, req, length, committed_row, choices,
+                                      estimates or {}, k_room)
+            if not isinstance(offer, Plan):
+                return self._none(offer)
+            offer.row = row
+            return offer
         k, reason = _chosen_k(choices, "draft", req_id, self.k, k_room)
         if not k:
             return self._none(reason)
@@ -116,33 +122,58 @@ class Planner:
         request now (n-gram: at the number of drafts it found), or none when adaptive
         and neither pays."""
         candidates: dict[str, tuple[float, int, float, float]] = {}
-        reason = "ngram_miss"
-        drafts: list[int] = []
-        k_ng, why = _chosen_k(choices, "ngram", req_id, self.k, k_room)
-        if k_ng:
-            drafts = self._ngram_drafts(req, committed_row, length, k_ng)
-            if drafts:
-                alpha, cost, fixed = estimates["ngram"]
-                candidates["ngram"] = (alpha(req_id), len(drafts), cost, fixed)
-        else:
-            reason = why
+        offer = self._ngram_offer(req_id, req, length, committed_row, choices, estimates,
+                                  k_room)
+        if isinstance(offer, Plan):
+            _, cost, fixed = estimates["ngram"]
+            candidates["ngram"] = (offer.alpha, offer.k, cost, fixed)
+        reason = "" if isinstance(offer, Plan) else offer
         k_d, why = _chosen_k(choices, "draft", req_id, self.k, k_room)
         if k_d:
             alpha, cost, fixed = estimates["draft"]
-            candidates["draft"] = (alpha(req_id), k_d, cost, fixed)
+            alpha_d = alpha(req_id)
+            candidates["draft"] = (alpha_d, k_d, cost, fixed)
         else:
             reason = why or reason
         source, k = choose_source(candidates, MIN_GAIN, allow_none=self.config.adaptive)
         if source == "ngram":
-            return self._ngram_plan(row, req_id, req, length, drafts)
+            offer.row = row
+            return offer
         if source == "draft":
-            return self._model_plan(row, req_id, req, length, committed_row, k)
+            plan = self._model_plan(row, req_id, req, length, committed_row, k)
+            plan.alpha = alpha_d
+            return plan
         return self._none("adaptive" if candidates else reason)
 
-    def _ngram_plan(self, row: int, req_id: str, req: RequestState, length: int,
-                    drafts: list[int]) -> Plan:
-        return Plan(row=row, req_id=req_id, req=req, new_tokens=[], length=length,
-                    k=len(drafts), drafts=drafts)
+    def _ngram_offer(self, req_id: str, req: RequestState, length: int,
+                     committed_row: np.ndarray, choices: Choices, estimates: Estimates,
+                     k_room: int) -> Plan | str:
+        """This round's n-gram drafts (a Plan with ``drafts``, ``alpha``, ``match``;
+        its row is set by the caller), or the reason there are none.
+
+        With adaptive k the lookup runs at the most drafts allowed (also for a
+        request the controller holds at 0 for its α: a long match may pay where the
+        request's α alone does not) and keeps the optimum k at the proposal's price;
+        where that is 0 it keeps the controller's k (a probe), if any."""
+        k, why = _chosen_k(choices, "ngram", req_id, self.k, k_room)
+        adaptive = "ngram" in choices
+        if not k and not (adaptive and why == "adaptive"):
+            return why
+        drafts, match = self._ngram_drafts(req, committed_row, length,
+                                           k_room if adaptive else k)
+        if not drafts:
+            return "ngram_miss"
+        alpha = None
+        if "ngram" in estimates:
+            alpha_of, cost, fixed = estimates["ngram"]
+            alpha = alpha_of(req_id, match)
+            if adaptive:
+                k = best_k(alpha, cost, len(drafts), MIN_GAIN, fixed) or k
+                if not k:
+                    return why
+                drafts = drafts[:k]
+        return Plan(row=-1, req_id=req_id, req=req, new_tokens=[], length=length,
+                    k=len(drafts), drafts=drafts, alpha=alpha, match=match)
 
     def _model_plan(self, row: int, req_id: str, req: RequestState, length: int,
                     committed_row: np.ndarray, k: int) -> Plan:
@@ -181,17 +212,19 @@ class Planner:
         return run
 
     def _ngram_drafts(self, req: RequestState, committed_row: np.ndarray, length: int,
-                      k: int) -> list[int]:
+                      k: int) -> tuple[list[int], MatchKey]:
         """Prompt-lookup drafts over the committed tokens (the index catches up lazily),
-        or the continuation of a finished request when that matches a longer context."""
+        or the continuation of a finished request when that matches a longer context;
+        with the bucket of the match they came from."""
         if req.ngram is None:
             c = self.config
             req.ngram = NGramIndex(NGramConfig(c.ngram_max_n, c.ngram_min_n, c.ngram_window))
         if len(req.ngram) < length:
             req.ngram.extend(committed_row[len(req.ngram):length])
+        own_n = req.ngram.longest_match()
         if self.corpus is not None:
             drafts, n = self.corpus.propose(req.ngram.tokens, k)
-            if drafts and n > req.ngram.longest_match():
+            if drafts and n > own_n:
                 if len(drafts) < k:
                     # The corpus match may sit near the end of its sequence (periodic
                     # text: the newest occurrence is the last), so it offers few tokens.
@@ -199,9 +232,9 @@ class Planner:
                     # both agree on the shared part: take the longer run.
                     own = req.ngram.propose(k)
                     if len(own) > len(drafts) and own[:len(drafts)] == drafts:
-                        return own
-                return drafts
-        return req.ngram.propose(k)
+                        return own, match_key("corpus", n)
+                return drafts, match_key("corpus", n)
+        return req.ngram.propose(k), match_key("own", own_n)
 
     def _none(self, reason: str) -> None:
         self.no_draft(reason)

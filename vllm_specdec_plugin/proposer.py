@@ -44,6 +44,7 @@ from vllm_specdec_plugin.draft.checks import (check_draft_budget, check_draft_co
 from vllm_specdec_plugin.draft.round import run_round
 from vllm_specdec_plugin.draft.sampler import DraftSampler
 from vllm_specdec_plugin.kv import BlockAllocator
+from vllm_specdec_plugin.match_pricing import MatchAlpha, MatchKey
 from vllm_specdec_plugin.metrics import ProposerMetrics
 from vllm_specdec_plugin.planning import Plan, Planner
 from vllm_specdec_plugin.request_state import RequestState, roll_back
@@ -87,6 +88,8 @@ class DraftModelProposer:
                 self.controllers[source] = AdaptiveK(AdaptiveConfig(
                     k_max=self.k, prior_alpha=self.config.adaptive_prior_alpha,
                     c_prime_default=0.05 if source == "draft" else 0.0))
+        # n-gram proposals are priced by the acceptance of matches as long as theirs
+        self.match_alpha = MatchAlpha() if "ngram" in self.controllers else None
         self.dtype_name = resolve_dtype(self.config.draft_dtype, mc.dtype)
         self.dtype = getattr(torch, self.dtype_name)
         self.kernels: draft_model.DraftKernels | None = None
@@ -232,7 +235,8 @@ class DraftModelProposer:
                 choices[src] = c.choose([req_ids[r] for r in rows], batch)
             else:
                 c.begin_step()
-        estimates = {src: (c.alpha, c.cost_per_draft(batch), c.fixed_cost(batch))
+        estimates = {src: (self._ngram_alpha if src == "ngram" else c.alpha,
+                           c.cost_per_draft(batch), c.fixed_cost(batch))
                      for src, c in self.controllers.items()}
         backed_off0 = self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
         held = self._held(rows, req_ids, batch, choices, estimates) \
@@ -315,7 +319,7 @@ class DraftModelProposer:
             rows, fixed = [], 0.0
             for p in plans:
                 alpha, cost, sigma = estimates["ngram" if p.drafts else "draft"]
-                rows.append((alpha(p.req_id), p.k, cost))
+                rows.append((alpha(p.req_id) if p.alpha is None else p.alpha, p.k, cost))
                 fixed = max(fixed, sigma)
             if not batch_pays(rows, batch, fixed):
                 for _ in plans:
@@ -435,6 +439,8 @@ class DraftModelProposer:
             accepted = max(0, min(num_accepted, len(req.drafted)))
             if req.source in self.controllers:
                 self.controllers[req.source].observe_round(req_id, len(req.drafted), accepted)
+            if req.source == "ngram" and self.match_alpha is not None and req.match:
+                self.match_alpha.observe(req.match, len(req.drafted), accepted)
             roll_back(req, accepted, committed_row, self.allocator, self.stats)
 
     def _committed_round(self, plan: Plan, source: str) -> None:
@@ -442,6 +448,15 @@ class DraftModelProposer:
         plan.req.committed = plan.length
         plan.req.drafted = list(plan.drafts)
         plan.req.source = source
+        plan.req.match = plan.match
+
+    def _ngram_alpha(self, req_id: str, match: MatchKey | None = None) -> float:
+        """α of a request's n-gram drafts; with ``match``, of a proposal from a match
+        in that bucket (``match_pricing``)."""
+        c = self.controllers["ngram"]
+        if match is None or self.match_alpha is None:
+            return c.alpha(req_id)
+        return self.match_alpha.alpha(match, c.alpha(req_id), c.global_alpha())
 
     def _no_draft(self, reason: str) -> None:
         """Count a request-round decoded without drafts (k = 0 this round); the metrics

@@ -26,6 +26,7 @@ class RequestState:
     committed: int = 0      # committed length when we last drafted
     drafted: list[int] = field(default_factory=list)  # drafts proposed last round
     source: str = "draft"   # who proposed them: "draft" (model) or "ngram"
+    match: Any = None       # n-gram drafts: the match bucket they came from (match_pricing)
     seen: bool = False      # had a propose() round since its (re)prefill
     generator: Any = None   # torch.Generator for seeded requests (draft's own stream)
     acceptance: RequestAcceptance = field(default_factory=RequestAcceptance)

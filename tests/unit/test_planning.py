@@ -1,12 +1,15 @@
-"""The planner's n-gram lookup: own history vs the cross-request corpus (no vLLM)."""
+"""The planner's n-gram lookup (own history vs the cross-request corpus) and the
+pricing of its proposals by match length (no vLLM)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from vllm_specdec_plugin.adaptive import best_k
 from vllm_specdec_plugin.config import SpecDecConfig
-from vllm_specdec_plugin.planning import Planner
+from vllm_specdec_plugin.match_pricing import MatchAlpha, match_key
+from vllm_specdec_plugin.planning import Plan, Planner
 from vllm_specdec_plugin.request_state import RequestState
 
 pytestmark = pytest.mark.unit
@@ -19,7 +22,7 @@ def _planner(k: int) -> Planner:
 
 def _drafts(planner: Planner, context: list[int], k: int) -> list[int]:
     row = np.asarray(context, dtype=np.int64)
-    return planner._ngram_drafts(RequestState(), row, len(context), k)
+    return planner._ngram_drafts(RequestState(), row, len(context), k)[0]
 
 
 def test_a_replay_of_periodic_output_drafts_its_own_history_run_past_the_corpus_end():
@@ -46,3 +49,63 @@ def test_the_corpus_run_wins_where_own_history_disagrees_or_offers_no_more():
     planner.corpus.add(finished)
     replay = finished[:120]
     assert _drafts(planner, replay, 6) == finished[120:126]
+
+
+def _hybrid_replay(k: int) -> tuple[Planner, list[int], list[int]]:
+    """A hybrid adaptive planner whose corpus holds a finished request, and a replay of
+    it (prompt and part of the output): (planner, replay, the rest of the output)."""
+    rng = np.random.default_rng(1)
+    finished = rng.integers(0, 1000, size=160).tolist()
+    config = SpecDecConfig(num_speculative_tokens=k, method="hybrid", adaptive=True,
+                           draft_model="unused", ngram_corpus_tokens=4096)
+    planner = Planner(config, max_model_len=1024, allocator=None, no_draft=lambda reason: None)
+    planner.corpus.add(finished)
+    return planner, finished[:100], finished[100:]
+
+
+def _plan(planner: Planner, context: list[int], choices, estimates) -> Plan | None:
+    row = np.asarray(context, dtype=np.int64)
+    return planner.plan(0, "r", RequestState(), len(context), row, choices, estimates)
+
+
+def test_a_long_corpus_match_is_priced_by_its_bucket_and_drafted_at_its_optimum_k():
+    """A new request (the n-gram α is the global 0.6, at which the controller wants 4
+    drafts) replays a finished one: the corpus match reaches 64 tokens back. Where
+    matches that long were accepted 39 times in 40, the proposal is priced near that,
+    outbids the draft model (α 0.85) and drafts the optimum k at that price, past the
+    controller's 4."""
+    k, g, cost, fixed = 24, 0.6, 0.05, 0.05
+    planner, replay, rest = _hybrid_replay(k)
+    key = match_key("corpus", 64)
+    prices = MatchAlpha()
+    for _ in range(10):
+        prices.observe(key, drafted=24, accepted=24)
+    prices.observe(key, drafted=24, accepted=0)
+    estimates = {"ngram": (lambda rid, match=None: g if match is None
+                           else prices.alpha(match, g, g), cost, fixed),
+                 "draft": (lambda rid: 0.85, 0.15, fixed)}
+    choices = {"ngram": {"r": (best_k(g, cost, k, 0.02, fixed), "")},
+               "draft": {"r": (8, "")}}
+    assert choices["ngram"]["r"][0] == 4
+    plan = _plan(planner, replay, choices, estimates)
+    assert plan is not None and plan.match == key
+    assert plan.alpha == pytest.approx(prices.bucket_alpha(key, g)) and plan.alpha > 0.9
+    assert plan.k == best_k(plan.alpha, cost, k, 0.02, fixed) > 4
+    assert plan.drafts == rest[:plan.k]
+
+
+def test_without_bucket_evidence_the_proposal_gets_the_controllers_k():
+    """No rounds in any bucket: the price is the request's α, so the n-gram offer is the
+    controller's k and the draft model wins as before."""
+    k, g, cost, fixed = 24, 0.6, 0.05, 0.05
+    planner, replay, _ = _hybrid_replay(k)
+    prices = MatchAlpha()
+    estimates = {"ngram": (lambda rid, match=None: g if match is None
+                           else prices.alpha(match, g, g), cost, fixed),
+                 "draft": (lambda rid: 0.85, 0.15, fixed)}
+    choices = {"ngram": {"r": (4, "")}, "draft": {"r": (8, "")}}
+    offer = planner._ngram_offer("r", RequestState(), len(replay),
+                                 np.asarray(replay, dtype=np.int64), choices, estimates, k)
+    assert isinstance(offer, Plan) and offer.k == 4 and offer.alpha == pytest.approx(g)
+    plan = _plan(planner, replay, choices, estimates)
+    assert plan is not None and not plan.drafts and plan.k == 8  # the draft model
