@@ -69,6 +69,19 @@ _MIN_DET = 1e-4  # (relative spread of N/P)² below which the draft fit has one 
 SPEC_WINDOW = 15  # σ: median of this many latest measurements (robust to a slow step)
 
 
+def round_evidence(drafted: int, accepted: int) -> tuple[int, int]:
+    """(successes, trials) of one verification of ``drafted`` drafts with ``accepted``
+    accepted: successes = accepted, trials = accepted + (1 if one was rejected)."""
+    if not 0 <= accepted <= drafted:
+        raise ValueError(f"need 0 <= accepted <= drafted, got {accepted}/{drafted}")
+    return accepted, accepted + (1 if accepted < drafted else 0)
+
+
+def shrunk_alpha(successes: float, trials: float, prior: float, weight: float) -> float:
+    """α̂ = (weight·prior + successes) / (weight + trials), clamped to [0, ALPHA_MAX]."""
+    return min(max((weight * prior + successes) / (weight + trials), 0.0), ALPHA_MAX)
+
+
 def expected_tokens(alpha: float, k: int) -> float:
     """E[N]: tokens emitted per verification (accepted drafts + 1) with k drafts."""
     if not 0.0 <= alpha <= 1.0 or k < 0:
@@ -300,11 +313,9 @@ class AdaptiveK:
     # -- acceptance -------------------------------------------------------------
     def observe_round(self, req_id: str, drafted: int, accepted: int) -> None:
         """Record one verification: ``drafted`` draft tokens, ``accepted`` of them."""
-        if not 0 <= accepted <= drafted:
-            raise ValueError(f"need 0 <= accepted <= drafted, got {accepted}/{drafted}")
+        succ, trials = round_evidence(drafted, accepted)
         if drafted == 0:
             return  # no information; decaying would drift α̂ to the prior
-        succ, trials = accepted, accepted + (1 if accepted < drafted else 0)
         if req_id in self._probing:
             self._probing.discard(req_id)
             self._probe_succ += succ
@@ -325,8 +336,7 @@ class AdaptiveK:
     def global_alpha(self) -> float:
         """Acceptance estimate over all requests (the per-request prior)."""
         c = self.cfg
-        g = (c.prior_weight * c.prior_alpha + self._g_succ) / (c.prior_weight + self._g_trials)
-        return min(max(g, 0.0), ALPHA_MAX)
+        return shrunk_alpha(self._g_succ, self._g_trials, c.prior_alpha, c.prior_weight)
 
     def alpha(self, req_id: str) -> float:
         """α̂ of a request; the global estimate for one never observed."""
@@ -334,8 +344,7 @@ class AdaptiveK:
         g = self.global_alpha()
         if r is None:
             return g
-        w = self.cfg.prior_weight
-        return min(max((w * g + r.succ) / (w + r.trials), 0.0), ALPHA_MAX)
+        return shrunk_alpha(r.succ, r.trials, g, self.cfg.prior_weight)
 
     def forget(self, req_id: str) -> None:
         """Drop a finished request's state (no-op if unknown)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from vllm_specdec_plugin.adaptive import ALPHA_MAX
+from vllm_specdec_plugin.adaptive import ALPHA_MAX, round_evidence, shrunk_alpha
 
 MatchKey = tuple[str, int]  # ("own", n) or ("corpus", bit length of the match length)
 _ALPHA_MIN = 1e-3  # log-odds stay finite
@@ -54,19 +54,17 @@ class MatchAlpha:
 
     def observe(self, key: MatchKey, drafted: int, accepted: int) -> None:
         """One verified n-gram round whose drafts came from a match in ``key``."""
-        if not 0 <= accepted <= drafted:
-            raise ValueError(f"need 0 <= accepted <= drafted, got {accepted}/{drafted}")
+        succ, trials = round_evidence(drafted, accepted)
         if drafted == 0:
             return
         c = self._counts.setdefault(key, [0.0, 0.0])
-        c[0] = self.decay * c[0] + accepted
-        c[1] = self.decay * c[1] + accepted + (1 if accepted < drafted else 0)
+        c[0] = self.decay * c[0] + succ
+        c[1] = self.decay * c[1] + trials
 
     def bucket_alpha(self, key: MatchKey, global_alpha: float) -> float:
         """α of the bucket, shrunk towards ``global_alpha`` by ``prior_weight`` trials."""
         s, t = self._counts.get(key, (0.0, 0.0))
-        w = self.prior_weight
-        return min(max((w * global_alpha + s) / (w + t), 0.0), ALPHA_MAX)
+        return shrunk_alpha(s, t, global_alpha, self.prior_weight)
 
     def alpha(self, key: MatchKey, request_alpha: float, global_alpha: float) -> float:
         """α of a proposal from a match in ``key`` for a request whose n-gram α̂ is

@@ -439,7 +439,7 @@ class DraftModelProposer:
             accepted = max(0, min(num_accepted, len(req.drafted)))
             if req.source in self.controllers:
                 self.controllers[req.source].observe_round(req_id, len(req.drafted), accepted)
-            if req.source == "ngram" and self.match_alpha is not None and req.match:
+            if req.match is not None and self.match_alpha is not None:  # an n-gram round
                 self.match_alpha.observe(req.match, len(req.drafted), accepted)
             roll_back(req, accepted, committed_row, self.allocator, self.stats)
 
@@ -453,8 +453,8 @@ class DraftModelProposer:
     def _ngram_alpha(self, req_id: str, match: MatchKey | None = None) -> float:
         """α of a request's n-gram drafts; with ``match``, of a proposal from a match
         in that bucket (``match_pricing``)."""
-        c = self.controllers["ngram"]
-        if match is None or self.match_alpha is None:
+        c = self.controllers["ngram"]  # exists exactly when match_alpha does
+        if match is None:
             return c.alpha(req_id)
         return self.match_alpha.alpha(match, c.alpha(req_id), c.global_alpha())
 
