@@ -75,14 +75,15 @@ TABLE: list[Entry] = [
     Entry("draft_model", "draft_model", K_SWEEP),
     Entry("ngram", "ngram", (4,), spec={"prompt_lookup_max": 4, "prompt_lookup_min": 1}),
     # vLLM's suffix decoding (arctic-inference); k is its ceiling per step. 24 is
-    # vLLM's default for suffix (suffix_decoding_max_tree_depth).
-    Entry("suffix", "suffix", (8, 24)),
+    # vLLM's default for suffix (suffix_decoding_max_tree_depth); above it the tree
+    # depth is raised to k (a deeper tree is the only way suffix drafts more).
+    Entry("suffix", "suffix", (8, 24, 32)),
     Entry("plugin", "plugin", K_SWEEP),
     # Issue 7 modes. Adaptive modes get a larger k: it is the ceiling they choose under.
     Entry("plugin-ngram", "plugin-nodraft", (4,), specdec={"method": "ngram"}),
     Entry("plugin-hybrid", "plugin", (4,), specdec={"method": "hybrid"}),
     Entry("plugin-adaptive", "plugin", (8,), specdec={"adaptive": True}),
-    Entry("plugin-hybrid-adaptive", "plugin", (8, 24),
+    Entry("plugin-hybrid-adaptive", "plugin", (8, 24, 32),
           specdec={"method": "hybrid", "adaptive": True}),
 ]
 
@@ -138,7 +139,8 @@ class BenchConfig:
         elif kind == "ngram":
             spec = {"method": "ngram", "num_speculative_tokens": self.k}
         elif kind == "suffix":
-            spec = {"method": "suffix", "num_speculative_tokens": self.k}
+            spec = {"method": "suffix", "num_speculative_tokens": self.k,
+                    **({"suffix_decoding_max_tree_depth": self.k} if self.k > 24 else {})}
         elif kind == "plugin":
             specdec = {**({"draft_model": draft} if draft else {}), **dict(self.specdec_extra)}
             spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",

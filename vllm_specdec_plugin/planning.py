@@ -24,7 +24,7 @@ import numpy as np
 from vllm_specdec_plugin.adaptive import MIN_GAIN, best_k, choose_source
 from vllm_specdec_plugin.config import SpecDecConfig
 from vllm_specdec_plugin.kv import BlockAllocator
-from vllm_specdec_plugin.match_pricing import MatchKey, match_key
+from vllm_specdec_plugin.match_pricing import ANY_MATCH, MatchKey, match_key
 from vllm_specdec_plugin.ngram import CorpusIndex, NGramConfig, NGramIndex
 from vllm_specdec_plugin.request_state import RequestState, truncate
 
@@ -151,21 +151,29 @@ class Planner:
         """This round's n-gram drafts (a Plan with ``drafts``, ``alpha``, ``match``;
         its row is set by the caller), or the reason there are none.
 
-        With adaptive k the lookup runs at the most drafts allowed (also for a
-        request the controller holds at 0 for its α: a long match may pay where the
-        request's α alone does not) and keeps the optimum k at the proposal's price;
-        where that is 0 it keeps the controller's k (a probe), if any."""
+        With adaptive k the lookup runs at the most drafts the best price any match
+        could get would pay for (``ANY_MATCH``; also for a request the controller
+        holds at 0 for its α: a long match may pay where the request's α alone does
+        not) and keeps the optimum k at the proposal's price; where that is 0 it keeps
+        the controller's k (a probe), if any. The optimum grows with α, so the bound
+        drops only drafts no price would keep."""
         k, why = _chosen_k(choices, "ngram", req_id, self.k, k_room)
         adaptive = "ngram" in choices
         if not k and not (adaptive and why == "adaptive"):
             return why
-        drafts, match = self._ngram_drafts(req, committed_row, length,
-                                           k_room if adaptive else k)
+        alpha_of, cost, fixed = estimates.get("ngram", (None, 0.0, 0.0))
+        k_look = k
+        if adaptive and alpha_of is not None:
+            k_look = max(k, best_k(alpha_of(req_id, ANY_MATCH), cost, k_room, MIN_GAIN, fixed))
+        elif adaptive:
+            k_look = k_room
+        if not k_look:
+            return why
+        drafts, match = self._ngram_drafts(req, committed_row, length, k_look)
         if not drafts:
             return "ngram_miss"
         alpha = None
-        if "ngram" in estimates:
-            alpha_of, cost, fixed = estimates["ngram"]
+        if alpha_of is not None:
             alpha = alpha_of(req_id, match)
             if adaptive:
                 k = best_k(alpha, cost, len(drafts), MIN_GAIN, fixed) or k

@@ -44,7 +44,7 @@ from vllm_specdec_plugin.draft.checks import (check_draft_budget, check_draft_co
 from vllm_specdec_plugin.draft.round import run_round
 from vllm_specdec_plugin.draft.sampler import DraftSampler
 from vllm_specdec_plugin.kv import BlockAllocator
-from vllm_specdec_plugin.match_pricing import MatchAlpha, MatchKey
+from vllm_specdec_plugin.match_pricing import ANY_MATCH, MatchAlpha, MatchKey
 from vllm_specdec_plugin.metrics import ProposerMetrics
 from vllm_specdec_plugin.planning import Plan, Planner
 from vllm_specdec_plugin.request_state import RequestState, roll_back
@@ -293,7 +293,11 @@ class DraftModelProposer:
               estimates: dict) -> dict[str, str] | None:
         """req_id -> reason for every row when no plans could pass the batch check
         (``adaptive.step_may_pay``: each row at the best k its controllers allow, the
-        least σ), else None. Probe steps always plan."""
+        least σ), else None. Probe steps always plan.
+
+        An n-gram row is bounded as the planner offers it: at the ceiling k and the
+        best price any of its matches could get (also a row its controller holds for
+        "adaptive": a long match may pay where the request's α does not)."""
         if any(c.probing for c in self.controllers.values()):
             return None
         bound = {req_ids[r]: 0.0 for r in rows}
@@ -301,8 +305,12 @@ class DraftModelProposer:
         fixed = None
         for src, (alpha, cost, sigma) in estimates.items():
             for rid, (k, why) in choices[src].items():
+                if src == "ngram" and (k or why == "adaptive"):
+                    k, a = self.config.num_speculative_tokens, alpha(rid, ANY_MATCH)
+                else:
+                    a = alpha(rid)
                 if k:
-                    bound[rid] = max(bound[rid], best_net_gain(alpha(rid), k, cost))
+                    bound[rid] = max(bound[rid], best_net_gain(a, k, cost))
                     fixed = sigma if fixed is None else min(fixed, sigma)
                 elif not reason[rid]:
                     reason[rid] = why
@@ -452,7 +460,7 @@ class DraftModelProposer:
 
     def _ngram_alpha(self, req_id: str, match: MatchKey | None = None) -> float:
         """α of a request's n-gram drafts; with ``match``, of a proposal from a match
-        in that bucket (``match_pricing``)."""
+        in that bucket (``match_pricing``); with ``ANY_MATCH``, the most any could get."""
         c = self.controllers["ngram"]  # exists exactly when match_alpha does
         if match is None:
             return c.alpha(req_id)

@@ -304,6 +304,25 @@ def test_a_step_that_cannot_pay_is_held_without_planning(tiny, monkeypatch):
     assert planned == ids and d[0] == [3, 1, 2, 3]
 
 
+def test_a_row_held_for_its_alpha_keeps_the_step_open_when_a_long_match_could_pay(
+        tiny, monkeypatch):
+    """The step pre-check bounds an n-gram row as the planner offers it: a row whose
+    controller holds it for "adaptive" counts at the best price any of its matches
+    could get, so a bucket of long matches accepted in full keeps the step planned."""
+    _, path = tiny
+    p = make_proposer(monkeypatch, path, k=8, method="hybrid", adaptive=True)
+    p.bind_runner(FakeRunner(["a"]))
+    choices = {"ngram": {"a": (0, "adaptive")}, "draft": {"a": (0, "adaptive")}}
+    estimates = {"ngram": (p._ngram_alpha, 0.05, 0.3),
+                 "draft": (p.controllers["draft"].alpha, 0.3, 0.3)}
+    for _ in range(6):
+        p.controllers["ngram"].observe_round("a", 4, 0)  # its own rounds all failed
+    assert p._held([0], ["a"], 1, choices, estimates) == {"a": "adaptive"}
+    for _ in range(10):
+        p.match_alpha.observe(("corpus", 7), drafted=8, accepted=8)
+    assert p._held([0], ["a"], 1, choices, estimates) is None
+
+
 def test_long_catch_up_is_chunked_under_the_prefill_budget(tiny, monkeypatch):
     """A prompt longer than the budget is fed in chunks over several rounds, drafting
     nothing until caught up; a short request in the same batch drafts every round."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_specdec_plugin.match_pricing import MatchAlpha, match_key
+from vllm_specdec_plugin.match_pricing import ANY_MATCH, MatchAlpha, match_key
 
 pytestmark = pytest.mark.unit
 
@@ -55,3 +55,21 @@ def test_counts_decay_and_bad_rounds_are_refused():
         prices.observe(key, drafted=2, accepted=3)
     with pytest.raises(ValueError):
         MatchAlpha(decay=0.0)
+
+
+def test_any_match_prices_the_requests_best_bucket():
+    """ANY_MATCH bounds every proposal of a request before its lookup: the best
+    bucket's price, or the request's own α where no bucket beats the global one."""
+    prices = MatchAlpha()
+    assert prices.alpha(ANY_MATCH, 0.3, 0.6) == pytest.approx(0.3)
+    weak, strong = match_key("own", 2), match_key("corpus", 64)
+    for _ in range(10):
+        prices.observe(weak, drafted=4, accepted=0)
+    assert prices.alpha(ANY_MATCH, 0.3, 0.6) == pytest.approx(0.3)  # an empty bucket's
+    for _ in range(10):
+        prices.observe(strong, drafted=8, accepted=8)  # the cached bound is renewed
+    best = prices.alpha(ANY_MATCH, 0.3, 0.6)
+    assert best == pytest.approx(prices.alpha(strong, 0.3, 0.6)) and best > 0.3
+    assert all(prices.alpha(key, r, g) <= prices.alpha(ANY_MATCH, r, g)
+               for key in (weak, strong, match_key("own", 4))
+               for r in (0.1, 0.6, 0.95) for g in (0.3, 0.6, 0.9))

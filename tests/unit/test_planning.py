@@ -8,7 +8,7 @@ import pytest
 
 from vllm_specdec_plugin.adaptive import best_k
 from vllm_specdec_plugin.config import SpecDecConfig
-from vllm_specdec_plugin.match_pricing import MatchAlpha, match_key
+from vllm_specdec_plugin.match_pricing import ANY_MATCH, MatchAlpha, match_key
 from vllm_specdec_plugin.planning import Plan, Planner
 from vllm_specdec_plugin.request_state import RequestState
 
@@ -109,3 +109,43 @@ def test_without_bucket_evidence_the_proposal_gets_the_controllers_k():
     assert isinstance(offer, Plan) and offer.k == 4 and offer.alpha == pytest.approx(g)
     plan = _plan(planner, replay, choices, estimates)
     assert plan is not None and not plan.drafts and plan.k == 8  # the draft model
+
+
+def _counting_lookups(planner: Planner) -> list[int]:
+    """The k of every n-gram lookup the planner runs from now on."""
+    ks: list[int] = []
+    lookup = planner._ngram_drafts
+    planner._ngram_drafts = lambda req, row, length, k: ks.append(k) or lookup(req, row, length, k)
+    return ks
+
+
+def test_the_lookup_runs_only_as_far_as_the_best_price_could_pay():
+    """Before its lookup a request's offer is bounded by the most any match could be
+    priced (ANY_MATCH): without strong buckets the lookup stops at the optimum k of
+    the request's α, and a request held at 0 for "adaptive" is not looked up at all;
+    with a strong bucket both look up to what that price would draft."""
+    k, g, cost, fixed = 24, 0.6, 0.05, 0.05
+    planner, replay, rest = _hybrid_replay(k)
+    prices = MatchAlpha()
+    estimates = {"ngram": (lambda rid, match=None: g if match is None
+                           else prices.alpha(match, g, g), cost, fixed),
+                 "draft": (lambda rid: 0.85, 0.15, fixed)}
+    row = np.asarray(replay, dtype=np.int64)
+    looked = _counting_lookups(planner)
+    offer = planner._ngram_offer("r", RequestState(), len(replay), row,
+                                 {"ngram": {"r": (4, "")}}, estimates, k)
+    assert isinstance(offer, Plan) and offer.k == 4
+    assert looked == [best_k(g, cost, k, 0.02, fixed)] and looked[0] < k
+    held = {"ngram": {"r": (0, "adaptive")}}
+    estimates_low = {"ngram": (lambda rid, match=None: 0.05 if match is None
+                               else prices.alpha(match, 0.05, g), cost, fixed)}
+    assert planner._ngram_offer("r", RequestState(), len(replay), row, held,
+                                estimates_low, k) == "adaptive"
+    assert len(looked) == 1  # no lookup: nothing it could find would pay
+    key = match_key("corpus", 64)
+    for _ in range(10):
+        prices.observe(key, drafted=24, accepted=24)
+    offer = planner._ngram_offer("r", RequestState(), len(replay), row, held,
+                                 estimates_low, k)
+    assert looked[1] == best_k(prices.alpha(ANY_MATCH, 0.05, g), cost, k, 0.02, fixed) > 4
+    assert isinstance(offer, Plan) and offer.match == key and offer.drafts == rest[:offer.k]
