@@ -80,13 +80,15 @@ class Planner:
 
     def plan(self, row: int, req_id: str, req: RequestState, length: int,
              committed_row: np.ndarray, choices: Choices,
-             estimates: Estimates | None = None) -> Plan | None:
+             estimates: Estimates | None = None, end: int | None = None) -> Plan | None:
         """n-gram drafts now (``drafts`` filled), a model plan, or None (counted).
 
         estimates: required in hybrid mode (the source choice), ignored otherwise.
+        end: the committed length at which the request finishes (prompt + max_tokens;
+        None: only max_model_len bounds it).
         """
         req.seen = True
-        k_room = self._k_room(length)
+        k_room = self._k_room(length, end)
         if k_room <= 0:
             return self._none("length_guard")
         if self.uses_ngram and self.uses_model:
@@ -104,16 +106,18 @@ class Planner:
             return self._none(reason)
         return self._model_plan(row, req_id, req, length, committed_row, k)
 
-    def hold(self, req: RequestState, length: int, reason: str) -> None:
+    def hold(self, req: RequestState, length: int, reason: str, end: int | None = None) -> None:
         """No drafts this round, without planning (the step as a whole cannot pay):
         counted as ``reason``, or "length_guard" where ``plan`` would have said so."""
         req.seen = True
-        self._none("length_guard" if self._k_room(length) <= 0 else reason)
+        self._none("length_guard" if self._k_room(length, end) <= 0 else reason)
 
-    def _k_room(self, length: int) -> int:
-        """Most drafts a request at committed length L may get: verifying L + k tokens
-        must emit at most max_model_len."""
-        return min(self.k, self.max_model_len - length - 1)
+    def _k_room(self, length: int, end: int | None) -> int:
+        """Most drafts a request at committed length L may get: a round emits up to
+        k + 1 tokens, and none past ``end`` (max_tokens: vLLM would verify drafts the
+        request can never emit) or max_model_len."""
+        limit = self.max_model_len if end is None else min(end, self.max_model_len)
+        return min(self.k, limit - length - 1)
 
     def _plan_hybrid(self, row: int, req_id: str, req: RequestState, length: int,
                      committed_row: np.ndarray, choices: Choices, estimates: Estimates,

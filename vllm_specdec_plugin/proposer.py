@@ -245,11 +245,12 @@ class DraftModelProposer:
             plans = []
             for row in rows:
                 self.planner.hold(self.requests[req_ids[row]], int(num_tokens_no_spec[row]),
-                                  held[req_ids[row]])
+                                  held[req_ids[row]], self._end(row, req_ids[row]))
         else:
             plans = [p for p in (self.planner.plan(row, req_ids[row], self.requests[req_ids[row]],
                                                    int(num_tokens_no_spec[row]), token_ids_cpu[row],
-                                                   choices, estimates) for row in rows) if p]
+                                                   choices, estimates, self._end(row, req_ids[row]))
+                                 for row in rows) if p]
             if self.config.adaptive:
                 plans = self._batch_check(plans, batch, estimates)
         model_plans: list[Plan] = []
@@ -457,6 +458,12 @@ class DraftModelProposer:
         plan.req.drafted = list(plan.drafts)
         plan.req.source = source
         plan.req.match = plan.match
+
+    def _end(self, row: int, req_id: str) -> int | None:
+        """Committed length at which the request finishes: prompt + max_tokens (None
+        where vLLM gives no max_tokens)."""
+        max_tokens = getattr(runner_hooks.sampling_params(self.runner, req_id), "max_tokens", None)
+        return None if max_tokens is None else runner_hooks.prompt_len(self.runner, row) + max_tokens
 
     def _ngram_alpha(self, req_id: str, match: MatchKey | None = None) -> float:
         """α of a request's n-gram drafts; with ``match``, of a proposal from a match

@@ -35,14 +35,14 @@ def _greedy(model, seq, n):
 
 
 class FakeRunner:
-    def __init__(self, req_ids, temps=None):
+    def __init__(self, req_ids, temps=None, max_tokens=None):
         self.input_batch = SimpleNamespace(req_ids=list(req_ids),
                                            num_prompt_tokens=np.zeros(64, dtype=np.int64))
-        temps = temps or {}
+        temps, max_tokens = temps or {}, max_tokens or {}
         self.requests = {r: SimpleNamespace(sampling_params=SimpleNamespace(
             temperature=temps.get(r, 0.0), top_k=0, top_p=1.0, min_p=0.0, seed=None,
             repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
-            logit_bias=None)) for r in req_ids}
+            logit_bias=None, max_tokens=max_tokens.get(r))) for r in req_ids}
 
 
 def make_proposer(monkeypatch, pair, k, max_model_len=128, mib=1.0, **opts):
@@ -255,6 +255,22 @@ def test_hybrid_mixed_batch_publishes_q_for_ngram_rows_too(tiny, monkeypatch):
     assert runner._draft_prob_req_ids == ["b", "a"]      # model rows first, then n-gram rows
     q = runner._draft_probs.cpu()
     assert all(q[1, j, d[0][j]] == 1 and q[1, j].sum() == 1 for j in range(3))  # point masses
+
+
+def test_no_drafts_past_the_requests_max_tokens(tiny, monkeypatch):
+    """A round emits up to k + 1 tokens; drafts the request could never emit (past its
+    max_tokens) are not proposed, so the target does not verify them."""
+    model, path = tiny
+    p = make_proposer(monkeypatch, path, k=3)
+    p.bind_runner(FakeRunner(["a", "b"], max_tokens={"a": 7}))  # prompt length 0 here
+    seqs = [[1, 2, 3, 4, 5], [7, 8]]
+    n, arr = Batch(seqs).arrays()
+    d = p.propose([[5], [8]], n, arr)
+    assert d[0] == _greedy(model, seqs[0], 1) and d[1] == _greedy(model, seqs[1], 3)
+    seqs[0].append(d[0][0])  # one token left: a plain step
+    n, arr = Batch(seqs).arrays()
+    d = p.propose([[seqs[0][-1]], [8]], n, arr)
+    assert d[0] == [] and p.stats.no_draft["length_guard"] == 1
 
 
 def test_adaptive_k_drops_to_zero_for_a_request_that_never_accepts(tiny, monkeypatch):

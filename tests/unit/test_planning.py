@@ -149,3 +149,22 @@ def test_the_lookup_runs_only_as_far_as_the_best_price_could_pay():
                                  estimates_low, k)
     assert looked[1] == best_k(prices.alpha(ANY_MATCH, 0.05, g), cost, k, 0.02, fixed) > 4
     assert isinstance(offer, Plan) and offer.match == key and offer.drafts == rest[:offer.k]
+
+
+def test_a_request_near_its_max_tokens_drafts_only_what_it_can_emit():
+    """end = prompt + max_tokens: a round emits up to k + 1 tokens, so 3 tokens left
+    allow 2 drafts, and 1 token left none (counted "length_guard")."""
+    reasons: list[str] = []
+    config = SpecDecConfig(num_speculative_tokens=6, method="ngram", ngram_corpus_tokens=4096)
+    planner = Planner(config, max_model_len=1024, allocator=None, no_draft=reasons.append)
+    finished = np.random.default_rng(0).integers(0, 1000, size=200).tolist()
+    planner.corpus.add(finished)
+    replay = finished[:120]
+    row = np.asarray(replay, dtype=np.int64)
+    plan = planner.plan(0, "r", RequestState(), len(replay), row, {}, None, end=len(replay) + 3)
+    assert plan is not None and plan.drafts == finished[120:122]
+    plan = planner.plan(0, "r", RequestState(), len(replay), row, {}, None, end=2000)
+    assert plan is not None and plan.drafts == finished[120:126]  # max_model_len bounds
+    assert planner.plan(0, "r", RequestState(), len(replay), row, {}, None,
+                        end=len(replay) + 1) is None
+    assert reasons == ["length_guard"]
