@@ -63,6 +63,15 @@ def _hybrid_replay(k: int) -> tuple[Planner, list[int], list[int]]:
     return planner, finished[:100], finished[100:]
 
 
+def _estimates(prices: MatchAlpha, request_alpha: float, global_alpha: float,
+               cost: float, fixed: float) -> dict:
+    """Estimates as the proposer hands them over: the n-gram α priced by match bucket
+    (``request_alpha`` unpriced), the draft model at α 0.85 and cost 0.15."""
+    return {"ngram": (lambda rid, match=None: request_alpha if match is None
+                      else prices.alpha(match, request_alpha, global_alpha), cost, fixed),
+            "draft": (lambda rid: 0.85, 0.15, fixed)}
+
+
 def _plan(planner: Planner, context: list[int], choices, estimates) -> Plan | None:
     row = np.asarray(context, dtype=np.int64)
     return planner.plan(0, "r", RequestState(), len(context), row, choices, estimates)
@@ -81,9 +90,7 @@ def test_a_long_corpus_match_is_priced_by_its_bucket_and_drafted_at_its_optimum_
     for _ in range(10):
         prices.observe(key, drafted=24, accepted=24)
     prices.observe(key, drafted=24, accepted=0)
-    estimates = {"ngram": (lambda rid, match=None: g if match is None
-                           else prices.alpha(match, g, g), cost, fixed),
-                 "draft": (lambda rid: 0.85, 0.15, fixed)}
+    estimates = _estimates(prices, g, g, cost, fixed)
     choices = {"ngram": {"r": (best_k(g, cost, k, 0.02, fixed), "")},
                "draft": {"r": (8, "")}}
     assert choices["ngram"]["r"][0] == 4
@@ -100,9 +107,7 @@ def test_without_bucket_evidence_the_proposal_gets_the_controllers_k():
     k, g, cost, fixed = 24, 0.6, 0.05, 0.05
     planner, replay, _ = _hybrid_replay(k)
     prices = MatchAlpha()
-    estimates = {"ngram": (lambda rid, match=None: g if match is None
-                           else prices.alpha(match, g, g), cost, fixed),
-                 "draft": (lambda rid: 0.85, 0.15, fixed)}
+    estimates = _estimates(prices, g, g, cost, fixed)
     choices = {"ngram": {"r": (4, "")}, "draft": {"r": (8, "")}}
     offer = planner._ngram_offer("r", RequestState(), len(replay),
                                  np.asarray(replay, dtype=np.int64), choices, estimates, k)
@@ -127,9 +132,7 @@ def test_the_lookup_runs_only_as_far_as_the_best_price_could_pay():
     k, g, cost, fixed = 24, 0.6, 0.05, 0.05
     planner, replay, rest = _hybrid_replay(k)
     prices = MatchAlpha()
-    estimates = {"ngram": (lambda rid, match=None: g if match is None
-                           else prices.alpha(match, g, g), cost, fixed),
-                 "draft": (lambda rid: 0.85, 0.15, fixed)}
+    estimates = _estimates(prices, g, g, cost, fixed)
     row = np.asarray(replay, dtype=np.int64)
     looked = _counting_lookups(planner)
     offer = planner._ngram_offer("r", RequestState(), len(replay), row,
@@ -137,8 +140,7 @@ def test_the_lookup_runs_only_as_far_as_the_best_price_could_pay():
     assert isinstance(offer, Plan) and offer.k == 4
     assert looked == [best_k(g, cost, k, 0.02, fixed)] and looked[0] < k
     held = {"ngram": {"r": (0, "adaptive")}}
-    estimates_low = {"ngram": (lambda rid, match=None: 0.05 if match is None
-                               else prices.alpha(match, 0.05, g), cost, fixed)}
+    estimates_low = _estimates(prices, 0.05, g, cost, fixed)
     assert planner._ngram_offer("r", RequestState(), len(replay), row, held,
                                 estimates_low, k) == "adaptive"
     assert len(looked) == 1  # no lookup: nothing it could find would pay
