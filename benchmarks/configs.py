@@ -66,6 +66,8 @@ class Entry:
     specdec: dict[str, Any] = field(default_factory=dict)
 
 
+SUFFIX_TREE_DEPTH = 24  # vLLM's default suffix_decoding_max_tree_depth (and suffix k)
+
 TABLE: list[Entry] = [
     Entry(BASELINE, "none"),
     # The A/A control: a second engine without speculation, measured like any method.
@@ -74,10 +76,10 @@ TABLE: list[Entry] = [
     Entry("nospec-again", "none"),
     Entry("draft_model", "draft_model", K_SWEEP),
     Entry("ngram", "ngram", (4,), spec={"prompt_lookup_max": 4, "prompt_lookup_min": 1}),
-    # vLLM's suffix decoding (arctic-inference); k is its ceiling per step. 24 is
-    # vLLM's default for suffix (suffix_decoding_max_tree_depth); above it the tree
-    # depth is raised to k (a deeper tree is the only way suffix drafts more).
-    Entry("suffix", "suffix", (8, 24, 32)),
+    # vLLM's suffix decoding (arctic-inference); k is its ceiling per step. Above
+    # SUFFIX_TREE_DEPTH the tree depth is raised to k (a deeper tree is the only way
+    # suffix drafts more).
+    Entry("suffix", "suffix", (8, SUFFIX_TREE_DEPTH, 32)),
     Entry("plugin", "plugin", K_SWEEP),
     # Issue 7 modes. Adaptive modes get a larger k: it is the ceiling they choose under.
     Entry("plugin-ngram", "plugin-nodraft", (4,), specdec={"method": "ngram"}),
@@ -140,7 +142,8 @@ class BenchConfig:
             spec = {"method": "ngram", "num_speculative_tokens": self.k}
         elif kind == "suffix":
             spec = {"method": "suffix", "num_speculative_tokens": self.k,
-                    **({"suffix_decoding_max_tree_depth": self.k} if self.k > 24 else {})}
+                    **({"suffix_decoding_max_tree_depth": self.k}
+                       if self.k > SUFFIX_TREE_DEPTH else {})}
         elif kind == "plugin":
             specdec = {**({"draft_model": draft} if draft else {}), **dict(self.specdec_extra)}
             spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
