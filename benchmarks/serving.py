@@ -71,6 +71,8 @@ SPEC_SERIES = {"vllm:spec_decode_num_drafts_total": "drafts",
                "vllm:spec_decode_num_accepted_tokens_total": "accepted",
                "specdec_draft_step_seconds_sum": "draft_s",
                "specdec_draft_step_seconds_count": "draft_rounds"}
+# The plugin's shadow n-gram drafts (label outcome="drafted"|"accepted"): "shadow_<outcome>".
+SHADOW_SERIES = "specdec_shadow_draft_tokens_total"
 # The plugin's decode steps by kind (labels kind="verify"|"plain"): "<kind>_<field>".
 # Their means show what a verifying step costs over a plain one at the cell's load.
 STEP_SERIES = {"specdec_target_step_seconds_sum": "step_s",
@@ -172,12 +174,13 @@ class Server:
         self.log.close()
 
     def spec_counters(self) -> dict[str, float]:
-        """SPEC_SERIES and STEP_SERIES from the server's /metrics (0 for a series it
+        """SPEC_SERIES, STEP_SERIES and SHADOW_SERIES from the server's /metrics (0 for a series it
         does not export)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
             text = r.read().decode()
         out = dict.fromkeys(SPEC_SERIES.values(), 0.0)
         out.update({f"{kind}_{f}": 0.0 for kind in ("verify", "plain") for f in STEP_SERIES.values()})
+        out.update(shadow_drafted=0.0, shadow_accepted=0.0)
         for line in text.splitlines():
             if line.startswith("#"):
                 continue
@@ -187,6 +190,9 @@ class Server:
             elif name in STEP_SERIES:
                 kind = "verify" if 'kind="verify"' in line else "plain"
                 out[f"{kind}_{STEP_SERIES[name]}"] += float(line.rsplit(" ", 1)[1])
+            elif name == SHADOW_SERIES:
+                outcome = "accepted" if 'outcome="accepted"' in line else "drafted"
+                out[f"shadow_{outcome}"] += float(line.rsplit(" ", 1)[1])
         return out
 
 

@@ -26,6 +26,7 @@ NO_DRAFT_REASONS = ("pool_full", "length_guard", "adaptive", "load", "ngram_miss
                     "grammar_reasoning", "grammar_diverged")
 STEP_KINDS = ("verify", "plain")
 SOURCES = ("draft", "ngram", "none")
+SHADOW_OUTCOMES = ("drafted", "accepted")
 
 _families: dict | None = None  # one set of collectors per process (registries reject duplicates)
 
@@ -37,6 +38,10 @@ def _create_families() -> dict:
     return {
         "draft_tokens": Counter("specdec_draft_tokens", "Draft tokens verified by the target.", m),
         "accepted_tokens": Counter("specdec_accepted_tokens", "Draft tokens the target accepted.", m),
+        "shadow_tokens": Counter("specdec_shadow_draft_tokens",
+                                 "Shadow n-gram drafts (proposed for rows that verified "
+                                 "none, checked against the committed tokens), by outcome.",
+                                 m + ("outcome",)),
         "request_rate": Histogram(
             "specdec_request_acceptance_rate",
             "Acceptance rate (accepted/drafted) of each finished request that had drafts.",
@@ -83,6 +88,7 @@ class ProposerMetrics:
         self._draft_tokens = f["draft_tokens"].labels(**lab)
         self._accepted = f["accepted_tokens"].labels(**lab)
         self._request_rate = f["request_rate"].labels(**lab)
+        self._shadow = {o: f["shadow_tokens"].labels(outcome=o, **lab) for o in SHADOW_OUTCOMES}
         self._draft_step = f["draft_step"].labels(**lab)
         self._target_step = {k: f["target_step"].labels(kind=k, **lab) for k in STEP_KINDS}
         self._emitted = {k: f["emitted"].labels(kind=k, **lab) for k in STEP_KINDS}
@@ -92,13 +98,19 @@ class ProposerMetrics:
         self._backed_off = f["backed_off"].labels(**lab)
         self._blocks_used = f["blocks_used"].labels(**lab)
         self._blocks_total = f["blocks_total"].labels(**lab)
-        for c in (*self._no_draft.values(), *self._emitted.values(), *self._source.values()):
+        for c in (*self._no_draft.values(), *self._emitted.values(), *self._source.values(),
+                  *self._shadow.values()):
             c.inc(0)  # export every series from the start, so rate() has a baseline
 
     def verified(self, drafted: int, accepted: int) -> None:
         if drafted:
             self._draft_tokens.inc(drafted)
             self._accepted.inc(accepted)
+
+    def shadow(self, drafted: int, accepted: int) -> None:
+        """One decided shadow proposal: ``drafted`` drafts, ``accepted`` of them matched."""
+        self._shadow["drafted"].inc(drafted)
+        self._shadow["accepted"].inc(accepted)
 
     def request_finished(self, drafted: int, accepted: int) -> None:
         if drafted:

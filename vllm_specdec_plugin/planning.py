@@ -223,6 +223,15 @@ class Planner:
         run.sort(key=lambda p: -p.k)
         return run
 
+    def shadow_drafts(self, req: RequestState, committed_row: np.ndarray, length: int,
+                      k: int, end: int | None = None) -> tuple[list[int], MatchKey | None]:
+        """The n-gram drafts (up to ``k``, within the request's room) a round would
+        look up now, and their match bucket; nothing is planned or counted (``shadow``)."""
+        k = min(k, self._k_room(length, end))
+        if k <= 0 or not self.uses_ngram:
+            return [], None
+        return self._ngram_drafts(req, committed_row, length, k)
+
     def _ngram_drafts(self, req: RequestState, committed_row: np.ndarray, length: int,
                       k: int) -> tuple[list[int], MatchKey]:
         """Prompt-lookup drafts over the committed tokens (the index catches up lazily),

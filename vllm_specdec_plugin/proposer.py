@@ -49,6 +49,7 @@ from vllm_specdec_plugin.metrics import ProposerMetrics
 from vllm_specdec_plugin.planning import Plan, Planner
 from vllm_specdec_plugin.request_state import RequestState, roll_back
 from vllm_specdec_plugin.sampling.pipeline import SamplingSpec
+from vllm_specdec_plugin.shadow import SHADOW_K, Shadow, take_turns
 from vllm_specdec_plugin.startup_checks import check_features
 from vllm_specdec_plugin.stats import ProposerStats, RequestAcceptance
 
@@ -85,9 +86,12 @@ class DraftModelProposer:
             sources = (["draft"] if self.uses_model else []) + \
                 (["ngram"] if self.config.method in ("ngram", "hybrid") else [])
             for source in sources:
+                # the n-gram source needs no probes: shadow proposals (``shadow``)
+                # measure held rows' n-gram acceptance at no target cost
                 self.controllers[source] = AdaptiveK(AdaptiveConfig(
                     k_max=self.k, prior_alpha=self.config.adaptive_prior_alpha,
-                    c_prime_default=0.05 if source == "draft" else 0.0))
+                    c_prime_default=0.05 if source == "draft" else 0.0,
+                    probe_every=8 if source == "draft" else 0))
         # n-gram proposals are priced by the acceptance of matches as long as theirs
         self.match_alpha = MatchAlpha() if "ngram" in self.controllers else None
         self.dtype_name = resolve_dtype(self.config.draft_dtype, mc.dtype)
@@ -106,6 +110,7 @@ class DraftModelProposer:
         self.draft_forwards = 0
         self.metrics = ProposerMetrics(str(getattr(mc, "served_model_name", None) or mc.model))
         self._step_t0: float | None = None  # when the current engine step began
+        self._shadow_turn = 0  # rotates which rows get new shadow proposals
         # Only now, when the user selected this proposer: GPUModelRunner.__init__ builds
         # its rejection sampler and input batch right after constructing us.
         runner_hooks.install()
@@ -227,6 +232,7 @@ class DraftModelProposer:
         rows = [r for r, sampled in enumerate(sampled_token_ids) if sampled]
         for row in rows:  # roll back first: the controllers learn from this verification
             self._verified(req_ids[row], len(sampled_token_ids[row]) - 1, token_ids_cpu[row])
+            self._shadow_outcome(req_ids[row], token_ids_cpu[row], int(num_tokens_no_spec[row]))
         self.metrics.verified(self.stats.drafted - drafted0, self.stats.accepted - accepted0)
         batch = len(rows)
         choices = {}
@@ -271,6 +277,10 @@ class DraftModelProposer:
                 self._committed_round(p, "draft")
         if drafting or ngram_plans:
             self._publish_draft_probs(drafting, ngram_plans, sampler)
+        if self.match_alpha is not None:
+            self._new_shadows([r for r in rows if not (out[r] and self.requests[req_ids[r]]
+                                                        .source == "ngram")],
+                              req_ids, token_ids_cpu, num_tokens_no_spec)
         verifies = any(out)
         if verifies:
             self.stats.rounds += 1
@@ -452,7 +462,37 @@ class DraftModelProposer:
                 self.match_alpha.observe(req.match, len(req.drafted), accepted)
             roll_back(req, accepted, committed_row, self.allocator, self.stats)
 
+    def _shadow_outcome(self, req_id: str, committed_row: np.ndarray, length: int) -> None:
+        """Book a request's shadow proposal once the committed tokens decide it, as
+        the n-gram round it would have been (``shadow``)."""
+        req = self.requests[req_id]
+        outcome = req.shadow.outcome(committed_row, length) if req.shadow else None
+        if outcome is None:
+            return
+        drafted, accepted = outcome
+        self.controllers["ngram"].observe_round(req_id, drafted, accepted)
+        self.match_alpha.observe(req.shadow.match, drafted, accepted)
+        self.stats.shadow_drafted += drafted
+        self.stats.shadow_accepted += accepted
+        self.metrics.shadow(drafted, accepted)
+        req.shadow = None
+
+    def _new_shadows(self, rows: list[int], req_ids: list[str], token_ids_cpu: np.ndarray,
+                     num_tokens_no_spec: np.ndarray) -> None:
+        """Shadow n-gram proposals for a few of ``rows`` (those that verify no n-gram
+        drafts next step) that have none pending (``shadow.take_turns``)."""
+        idle = [r for r in rows if self.requests[req_ids[r]].shadow is None]
+        self._shadow_turn += 1
+        for row in take_turns(idle, self._shadow_turn):
+            req, length = self.requests[req_ids[row]], int(num_tokens_no_spec[row])
+            drafts, match = self.planner.shadow_drafts(req, token_ids_cpu[row], length,
+                                                       SHADOW_K, self._end(row, req_ids[row]))
+            if drafts:
+                req.shadow = Shadow(length, drafts, match)
+
     def _committed_round(self, plan: Plan, source: str) -> None:
+        if source == "ngram":
+            plan.req.shadow = None  # a verified round measures the same thing
         self.stats.by_source[source] += 1
         plan.req.committed = plan.length
         plan.req.drafted = list(plan.drafts)

@@ -31,6 +31,7 @@ class RequestState:
     generator: Any = None   # torch.Generator for seeded requests (draft's own stream)
     acceptance: RequestAcceptance = field(default_factory=RequestAcceptance)
     ngram: Any = None       # NGramIndex over the committed tokens (ngram/hybrid)
+    shadow: Any = None      # shadow.Shadow: n-gram drafts proposed, not verified, pending
 
     def reset_for_prefill(self) -> None:
         """Preempted: the request comes back later and is re-prefilled lazily."""

@@ -37,6 +37,8 @@ class ProposerStats:
     no_draft: Counter = field(default_factory=Counter)  # reason -> request-rounds
     by_source: Counter = field(default_factory=Counter)  # "draft"/"ngram" -> request-rounds
     resyncs: int = 0                # draft cache disagreed with committed tokens
+    shadow_drafted: int = 0         # shadow n-gram drafts decided (``shadow``)
+    shadow_accepted: int = 0        # of those, matched by the committed tokens
 
     def record_verification(self, drafted: int, accepted: int) -> None:
         self.drafted += drafted
