@@ -47,9 +47,9 @@ class Shadow:
 
 
 def take_turns(candidates: list, turn: int, n: int = SHADOW_ROWS) -> list:
-    """Up to ``n`` of ``candidates``, rotating the start by ``turn`` so that every
-    candidate gets its turn over consecutive steps."""
+    """Up to ``n`` of ``candidates``, the ``turn``-th block of n (cyclically), so that
+    a steady list of candidates is covered in ceil(len / n) consecutive turns."""
     if len(candidates) <= n:
         return candidates
-    s = turn % len(candidates)
+    s = (turn * n) % len(candidates)
     return (candidates[s:] + candidates[:s])[:n]

@@ -373,3 +373,42 @@ def test_rows_with_different_k_draft_their_own_continuations(tiny, monkeypatch):
     assert [len(x) for x in d] == [2, 4, 3]
     for row, drafts in zip(rows, d):
         assert drafts == _greedy(model, row, len(drafts))
+
+
+def test_held_rows_measure_ngram_acceptance_by_shadow_proposals(tiny, monkeypatch):
+    """Rows held at k = 0 verify nothing, yet their n-gram acceptance is measured: a few
+    rows per step get a shadow proposal, decided by the tokens the target commits next
+    and booked (controller and match bucket) as the round it would have been."""
+    from vllm_specdec_plugin.shadow import SHADOW_ROWS
+
+    _, path = tiny
+    p = make_proposer(monkeypatch, path, k=4, method="hybrid", adaptive=True)
+    ids = [f"r{i}" for i in range(6)]
+    p.bind_runner(FakeRunner(ids))
+    for c in p.controllers.values():
+        for n in (1, 8, 16):
+            c.observe_target_step(0.01, n)
+        for _ in range(2):
+            c.observe_spec_overhead(0.02)   # σ = two plain steps: every step is held
+    seqs = [[1, 2, 3, 1, 2, 3, 1, 2] for _ in ids]
+    n, arr = Batch(seqs).arrays()
+    assert p.propose([[s[-1]] for s in seqs], n, arr) == [[]] * 6
+    first = [r for r in ids if p.requests[r].shadow is not None]
+    assert len(first) == SHADOW_ROWS
+    assert all(p.requests[r].shadow.drafts == [3, 1, 2, 3] for r in first)  # at most k
+    for s in seqs:
+        s.append(3)                          # a plain step commits the first shadow draft
+    n, arr = Batch(seqs).arrays()
+    p.propose([[3]] * 6, n, arr)
+    assert p.stats.shadow_drafted == 0       # pending: one of four drafts known
+    rest = [r for r in ids if r not in first]
+    assert all(p.requests[r].shadow.drafts == [1, 2, 3, 1] for r in rest)  # their turn
+    alpha0 = p.controllers["ngram"].alpha(first[0])
+    for s in seqs:
+        s.append(9)                          # rejects the second / the first draft
+    n, arr = Batch(seqs).arrays()
+    p.propose([[9]] * 6, n, arr)
+    assert (p.stats.shadow_drafted, p.stats.shadow_accepted) == (4 * 6, SHADOW_ROWS)
+    assert p.controllers["ngram"].alpha(first[0]) < alpha0
+    assert sum(t for _, t in p.match_alpha._counts.values()) == 2 * SHADOW_ROWS + 2
+    assert p.stats.drafted == 0              # the target verified nothing
