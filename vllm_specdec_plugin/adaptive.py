@@ -51,7 +51,7 @@ Rule (per engine step at batch size B, per request with acceptance estimate α):
   1 + min_gain); if it does not, no row drafts this step. Probe steps are exempt.
   The same test in sums (``net_gain``) gives a bound before any row is planned: each
   row at its best k under its controller's choice (``best_net_gain``); a step whose
-  bound misses (``step_may_pay``) skips the n-gram lookups and the draft plans.
+  bound misses (``step_may_pay``) skips the n-gram rounds and the draft plans.
 """
 
 from __future__ import annotations

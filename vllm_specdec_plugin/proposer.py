@@ -14,7 +14,9 @@ drafts. For every running request the proposer
    committed tokens the draft has not seen (lazy prefill, chunked under a budget),
    then k-1 decode passes, on vLLM's model class and attention backend over the
    plugin's own KV (``compat/draft_model.py``);
-4. hands q to the rejection sampler (``draft_probs``).
+4. hands q to the rejection sampler (``draft_probs``);
+5. gives a few rows that verify no n-gram drafts a shadow proposal, measured by the
+   tokens the target commits next (``shadow``).
 
 Where each job lives: lifecycle and orchestration here; request state and rollback
 in ``request_state``; planning and the prefill budget in ``planning``; the passes in
@@ -247,7 +249,7 @@ class DraftModelProposer:
         backed_off0 = self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
         held = self._held(rows, req_ids, batch, choices, estimates) \
             if self.config.adaptive else None
-        if held is not None:  # no plan could pay: skip the n-gram lookups and plans
+        if held is not None:  # no plan could pay: skip the n-gram rounds and plans
             plans = []
             for row in rows:
                 self.planner.hold(self.requests[req_ids[row]], int(num_tokens_no_spec[row]),
