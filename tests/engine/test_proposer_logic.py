@@ -288,19 +288,27 @@ def test_adaptive_k_drops_to_zero_for_a_request_that_never_accepts(tiny, monkeyp
     assert p.stats.no_draft["adaptive"] > 0
 
 
+def _hybrid_with_costs(monkeypatch, path, ids, sigma_s):
+    """Hybrid + adaptive k = 4 over rows ``ids``, both controllers having measured a flat
+    T(n) = 10 ms (drafting costs no forward time) and σ = ``sigma_s`` seconds."""
+    p = make_proposer(monkeypatch, path, k=4, method="hybrid", adaptive=True)
+    p.bind_runner(FakeRunner(ids))
+    for c in p.controllers.values():
+        for n in (1, 8, 16):
+            c.observe_target_step(0.01, n)
+        for _ in range(2):                  # (the first sample is skipped as set-up)
+            c.observe_spec_overhead(sigma_s)
+    return p
+
+
 def test_a_step_that_cannot_pay_is_held_without_planning(tiny, monkeypatch):
     """When even each row's best drafts cannot pay the verifying step's fixed cost σ
     over the whole batch, no row is planned (no n-gram round, no draft prefill) and
     every row is counted "adaptive"; once σ is cheap the rows are planned again."""
     _, path = tiny
-    p = make_proposer(monkeypatch, path, k=4, method="hybrid", adaptive=True)
     ids = [f"r{i}" for i in range(8)]
-    p.bind_runner(FakeRunner(ids))
+    p = _hybrid_with_costs(monkeypatch, path, ids, sigma_s=0.01)  # σ = one plain step
     for c in p.controllers.values():
-        for n in (1, 8, 16):
-            c.observe_target_step(0.01, n)  # flat T(n) = 10 ms: drafting costs no forward time
-        for _ in range(2):                  # (the first sample is skipped as set-up)
-            c.observe_spec_overhead(0.01)   # σ = one plain step
         for rid in ids[1:]:                 # 7 rows whose drafts are always rejected
             for _ in range(6):
                 c.observe_round(rid, 4, 0)
@@ -382,14 +390,8 @@ def test_held_rows_measure_ngram_acceptance_by_shadow_proposals(tiny, monkeypatc
     from vllm_specdec_plugin.shadow import SHADOW_ROWS
 
     _, path = tiny
-    p = make_proposer(monkeypatch, path, k=4, method="hybrid", adaptive=True)
     ids = [f"r{i}" for i in range(6)]
-    p.bind_runner(FakeRunner(ids))
-    for c in p.controllers.values():
-        for n in (1, 8, 16):
-            c.observe_target_step(0.01, n)
-        for _ in range(2):
-            c.observe_spec_overhead(0.02)   # σ = two plain steps: every step is held
+    p = _hybrid_with_costs(monkeypatch, path, ids, sigma_s=0.02)  # every step is held
     seqs = [[1, 2, 3, 1, 2, 3, 1, 2] for _ in ids]
     n, arr = Batch(seqs).arrays()
     assert p.propose([[s[-1]] for s in seqs], n, arr) == [[]] * 6
