@@ -93,7 +93,7 @@ class DraftModelProposer:
                 self.controllers[source] = AdaptiveK(AdaptiveConfig(
                     k_max=self.k, prior_alpha=self.config.adaptive_prior_alpha,
                     c_prime_default=0.05 if source == "draft" else 0.0,
-                    probe_every=8 if source == "draft" else 0))
+                    **({} if source == "draft" else {"probe_every": 0})))
         # n-gram proposals are priced by the acceptance of matches as long as theirs
         self.match_alpha = MatchAlpha() if "ngram" in self.controllers else None
         self.dtype_name = resolve_dtype(self.config.draft_dtype, mc.dtype)
