@@ -174,8 +174,8 @@ class Server:
         self.log.close()
 
     def spec_counters(self) -> dict[str, float]:
-        """SPEC_SERIES, STEP_SERIES and SHADOW_SERIES from the server's /metrics (0 for a series it
-        does not export)."""
+        """SPEC_SERIES, STEP_SERIES and SHADOW_SERIES from the server's /metrics (0 for a
+        series it does not export)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
             text = r.read().decode()
         out = dict.fromkeys(SPEC_SERIES.values(), 0.0)

@@ -228,7 +228,7 @@ class Planner:
         """The n-gram drafts (up to ``k``, within the request's room) a round would
         look up now, and their match bucket; nothing is planned or counted (``shadow``)."""
         k = min(k, self._k_room(length, end))
-        if k <= 0 or not self.uses_ngram:
+        if k <= 0:
             return [], None
         return self._ngram_drafts(req, committed_row, length, k)
 
