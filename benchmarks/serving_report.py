@@ -11,10 +11,16 @@ counters), k̄ = draft tokens / drafts, c' = draft seconds per drafted token (th
 plugin's draft-step histogram; in-tree methods export none) over no speculation's
 median TPOT in the same repetition, S = E[N] / (1 + k̄·c'), and the measured TPOT
 speedup over S (efficiency).
+
+``python -m benchmarks.serving_report --merge RUN_DIR ... --out DIR`` writes one report
+over several runs of the same pair and settings whose loads do not overlap (a sweep
+measured in parts): ratios stay paired inside each run.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -187,11 +193,14 @@ def markdown(res: dict) -> str:
     meta = res["meta"]
     lines = [f"# Serving benchmark ({meta['pair']} pair, {meta['started']})", "",
              f"`vllm bench serve` against `vllm serve`; git {meta['git'].get('short')}; "
-             f"args {meta['args']}", "",
-             "Ratios are to no speculation, paired per repetition, median over repetitions "
-             "(throughput: higher is better; TPOT: lower is better); with more than one "
-             "repetition, the throughput ratios' range follows in brackets. `*`: a repetition "
-             "ran while other processes used > 0.25 CPUs.", ""]
+             f"args {meta['args']}", ""]
+    for src in meta.get("sources", []):
+        lines += [f"- from `{src['run']}` (git {src['git']}): {', '.join(src['loads'])}"]
+    lines += [""] if meta.get("sources") else []
+    lines += ["Ratios are to no speculation, paired per repetition, median over repetitions "
+              "(throughput: higher is better; TPOT: lower is better); with more than one "
+              "repetition, the throughput ratios' range follows in brackets. `*`: a repetition "
+              "ran while other processes used > 0.25 CPUs.", ""]
     cross = crossovers(res)
     for (workload, kind), loads in sorted(_table(res).items()):
         configs = sorted({c for load in loads.values() for c in load if c != BASELINE})
@@ -280,3 +289,72 @@ def write_all(res: dict, out: Path) -> list[Path]:
     png = out / "serving.png"
     plot(res, png)
     return [md, png]
+
+
+# Settings that must agree for cells of different runs to share one table.
+MERGE_SAME = ("pair", "output_len", "output_spread", "temperature", "dtype", "max_model_len",
+              "eager", "num_prompts")
+
+
+def _load_names(cells: list[dict]) -> list[str]:
+    """["mixed c=4", "chat 2 req/s", ...] in first-seen order."""
+    names: dict = {}
+    for c in cells:
+        load = (f"c={c['max_concurrency']:g}" if "max_concurrency" in c
+                else f"{c['request_rate']:g} req/s")
+        names[f"{c['workload']} {load}"] = None
+    return list(names)
+
+
+def merge(runs: list[Path]) -> dict:
+    """One result from several serving.json runs (a sweep measured in parts). Each run's
+    cells keep their pairing (by repetition, inside the run); a (workload, load) measured
+    by two runs, or runs with different settings, raise SystemExit naming the cause."""
+    results = []
+    for run in runs:
+        f = run / "serving.json"
+        if not f.exists():
+            raise SystemExit(f"{f} does not exist: pass run directories written by "
+                             "`python -m benchmarks.serving`")
+        results.append(json.loads(f.read_text()))
+    first = results[0]["meta"]["args"]
+    for run, res in zip(runs[1:], results[1:]):
+        differ = [k for k in MERGE_SAME if res["meta"]["args"].get(k) != first.get(k)]
+        if differ:
+            raise SystemExit(f"{run} was run with other settings than {runs[0]} "
+                             f"({', '.join(differ)}): merge only runs of one sweep")
+    seen: dict = {}
+    cells, sources = [], []
+    for run, res in zip(runs, results):
+        names = _load_names(res["cells"])
+        for name in names:
+            if name in seen:
+                raise SystemExit(f"{name} was measured by both {seen[name]} and {run}: "
+                                 "leave one of the runs out")
+            seen[name] = run
+        cells += [dict(c, run=run.name) for c in res["cells"]]
+        sources.append({"run": run.name, "git": res["meta"]["git"].get("short"),
+                        "started": res["meta"]["started"], "loads": names})
+    metas = [r["meta"] for r in results]
+    meta = {"pair": first["pair"], "started": min(m["started"] for m in metas),
+            "finished": max(m.get("finished") or m["started"] for m in metas),
+            "git": {"short": "+".join(dict.fromkeys(s["git"] for s in sources))},
+            "args": {k: first.get(k) for k in MERGE_SAME}, "machine": metas[0].get("machine"),
+            "sources": sources}
+    return {"meta": meta, "cells": cells}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Write serving.md and serving.png for merged runs.")
+    ap.add_argument("--merge", nargs="+", type=Path, required=True, metavar="RUN_DIR")
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    res = merge(a.merge)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "serving.json").write_text(json.dumps(res, indent=1))
+    for path in write_all(res, a.out):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

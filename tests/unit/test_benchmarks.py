@@ -420,6 +420,35 @@ def test_serving_report_pools_paired_ratios_next_to_the_a_a_control():
 
 
 @pytest.mark.unit
+def test_serving_report_merges_runs_of_one_sweep_and_refuses_overlaps(tmp_path):
+    """A sweep measured in parts: the merged report has every run's loads, ratios stay
+    paired inside each run, and a load measured twice or other settings are refused."""
+    from benchmarks import serving_report
+
+    def run(name, load, plug, **args):
+        cells = [{"config": cfg, "workload": "mixed", "max_concurrency": load, "repetition": 0,
+                  "output_throughput": tput, "median_tpot_ms": 1000.0 / tput,
+                  "p99_tpot_ms": 2000.0 / tput} for cfg, tput in (("nospec", 100.0),
+                                                                  ("plugin-x", plug))]
+        meta = {"pair": "ci", "started": name, "git": {"short": name},
+                "args": {"pair": "ci", "output_len": 64, **args}}
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "serving.json").write_text(json.dumps({"meta": meta, "cells": cells}))
+        return tmp_path / name
+
+    a, b = run("a", 4, 120.0), run("b", 64, 99.0)
+    res = serving_report.merge([a, b])
+    assert [s["loads"] for s in res["meta"]["sources"]] == [["mixed c=4"], ["mixed c=64"]]
+    assert serving_report.crossovers(res)[("mixed", "max_concurrency")] == {"plugin-x": 64}
+    md = serving_report.markdown(res)
+    assert "- from `a` (git a): mixed c=4" in md and "| 64 | 100.0 | 10.0 | 0.99x" in md
+    with pytest.raises(SystemExit, match="mixed c=4 was measured by both"):
+        serving_report.merge([a, run("c", 4, 100.0)])
+    with pytest.raises(SystemExit, match=r"other settings .*output_len"):
+        serving_report.merge([a, run("d", 8, 100.0, output_len=128)])
+
+
+@pytest.mark.unit
 def test_vllm_plugins_empty_string_loads_nothing(monkeypatch):
     """VLLM_PLUGINS="" must load no general plugin (the in-tree comparisons rely on it),
     "specdec" only ours, and unset everything."""
