@@ -306,6 +306,11 @@ def _load_names(cells: list[dict]) -> list[str]:
     return list(names)
 
 
+def _host(meta: dict) -> tuple:
+    m = meta.get("machine") or {}
+    return m.get("hostname"), m.get("cpu_model"), m.get("logical_cpus"), m.get("gpu")
+
+
 def merge(runs: list[Path]) -> dict:
     """One result from several serving.json runs (a sweep measured in parts). Each run's
     cells keep their pairing (by repetition, inside the run); a (workload, load) measured
@@ -318,8 +323,10 @@ def merge(runs: list[Path]) -> dict:
                              "`python -m benchmarks.serving`")
         results.append(json.loads(f.read_text()))
     first = results[0]["meta"]["args"]
+    host = _host(results[0]["meta"])
     for run, res in zip(runs[1:], results[1:]):
         differ = [k for k in MERGE_SAME if res["meta"]["args"].get(k) != first.get(k)]
+        differ += ["machine"] if _host(res["meta"]) != host else []
         if differ:
             raise SystemExit(f"{run} was run with other settings than {runs[0]} "
                              f"({', '.join(differ)}): merge only runs of one sweep")

@@ -446,6 +446,12 @@ def test_serving_report_merges_runs_of_one_sweep_and_refuses_overlaps(tmp_path):
         serving_report.merge([a, run("c", 4, 100.0)])
     with pytest.raises(SystemExit, match=r"other settings .*output_len"):
         serving_report.merge([a, run("d", 8, 100.0, output_len=128)])
+    other = run("e", 8, 100.0)
+    res_e = json.loads((other / "serving.json").read_text())
+    res_e["meta"]["machine"] = {"hostname": "elsewhere"}
+    (other / "serving.json").write_text(json.dumps(res_e))
+    with pytest.raises(SystemExit, match=r"other settings .*machine"):
+        serving_report.merge([a, other])
 
 
 @pytest.mark.unit
