@@ -33,16 +33,25 @@ METRICS = (("output_throughput", "output tok/s"), ("median_tpot_ms", "TPOT p50 (
            ("p99_tpot_ms", "TPOT p99 (ms)"))
 
 
+def _load_of(cell: dict) -> tuple[str, float]:
+    """(load kind, value) of one cell: ("max_concurrency", 16) or ("request_rate", 2.0)."""
+    kind = next(k for k, _ in LOAD_KINDS if k in cell)
+    return kind, cell[kind]
+
+
+def _load_label(kind: str, value: float) -> str:
+    return f"c = {value:g}" if kind == "max_concurrency" else f"{value:g} req/s"
+
+
 def _table(res: dict) -> dict:
     """{(workload, kind): {load: {config: {metric: [value per repetition]}}}}"""
     t: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
     for c in res["cells"]:
-        for kind, _ in LOAD_KINDS:
-            if kind in c:
-                row = t[(c["workload"], kind)][c[kind]][c["config"]]
-                for m, _ in METRICS:
-                    row[m].append(c.get(m))
-                row["contended"].append(bool(c.get("contended")))
+        kind, load = _load_of(c)
+        row = t[(c["workload"], kind)][load][c["config"]]
+        for m, _ in METRICS:
+            row[m].append(c.get(m))
+        row["contended"].append(bool(c.get("contended")))
     return t
 
 
@@ -140,9 +149,9 @@ def cpu_lines(res: dict) -> list[str]:
         cpu, toks = c.get("server_cpu_s"), c.get("total_output_tokens")
         if not cpu or not toks:
             continue
-        kind = next(k for k, _ in LOAD_KINDS if k in c)
+        kind, load = _load_of(c)
         for role, sec in cpu.items():
-            acc[(c["workload"], kind, c[kind], c["config"])][role].append(1e3 * sec / toks)
+            acc[(c["workload"], kind, load, c["config"])][role].append(1e3 * sec / toks)
     if not acc:
         return []
     roles = ("worker", "engine", "api")
@@ -153,8 +162,7 @@ def cpu_lines(res: dict) -> list[str]:
              "| workload | load | config | " + " | ".join(roles) + " |",
              "|---|---|---|" + "---:|" * len(roles)]
     for (workload, kind, load, config), by_role in sorted(acc.items()):
-        label = f"c = {load:g}" if kind == "max_concurrency" else f"{load:g} req/s"
-        lines.append(f"| {workload} | {label} | {config} | " +
+        lines.append(f"| {workload} | {_load_label(kind, load)} | {config} | " +
                      " | ".join(f"{median(by_role[r]):.3f}" if by_role.get(r) else "–"
                                 for r in roles) + " |")
     return lines + [""]
@@ -168,15 +176,15 @@ def step_lines(res: dict) -> list[str]:
         sp = c.get("spec") or {}
         if not sp.get("verify_steps") and not sp.get("plain_steps"):
             continue
-        kind = next(k for k, _ in LOAD_KINDS if k in c)
-        label = f"c = {c[kind]:g}" if kind == "max_concurrency" else f"{c[kind]:g} req/s"
+        kind, load = _load_of(c)
         part = []
         for k in ("verify", "plain"):
             n = sp.get(f"{k}_steps", 0)
             part += [f"{n:.0f}", f"{1e3 * sp[f'{k}_step_s'] / n:.1f}" if n else "–",
                      f"{sp[f'{k}_emitted'] / n:.2f}" if n else "–"]
-        rows.append((c["workload"], kind, c[kind], c["config"], c["repetition"],
-                     f"| {c['workload']} | {label} | {c['config']} | {c['repetition']} | "
+        rows.append((c["workload"], kind, load, c["config"], c["repetition"],
+                     f"| {c['workload']} | {_load_label(kind, load)} | {c['config']} | "
+                     f"{c['repetition']} | "
                      + " | ".join(part) + " |"))
     if not rows:
         return []
@@ -297,13 +305,8 @@ MERGE_SAME = ("pair", "output_len", "output_spread", "temperature", "dtype", "ma
 
 
 def _load_names(cells: list[dict]) -> list[str]:
-    """["mixed c=4", "chat 2 req/s", ...] in first-seen order."""
-    names: dict = {}
-    for c in cells:
-        load = (f"c={c['max_concurrency']:g}" if "max_concurrency" in c
-                else f"{c['request_rate']:g} req/s")
-        names[f"{c['workload']} {load}"] = None
-    return list(names)
+    """["mixed c = 4", "chat 2 req/s", ...] in first-seen order."""
+    return list(dict.fromkeys(f"{c['workload']} {_load_label(*_load_of(c))}" for c in cells))
 
 
 def _host(meta: dict) -> tuple:

@@ -438,11 +438,11 @@ def test_serving_report_merges_runs_of_one_sweep_and_refuses_overlaps(tmp_path):
 
     a, b = run("a", 4, 120.0), run("b", 64, 99.0)
     res = serving_report.merge([a, b])
-    assert [s["loads"] for s in res["meta"]["sources"]] == [["mixed c=4"], ["mixed c=64"]]
+    assert [s["loads"] for s in res["meta"]["sources"]] == [["mixed c = 4"], ["mixed c = 64"]]
     assert serving_report.crossovers(res)[("mixed", "max_concurrency")] == {"plugin-x": 64}
     md = serving_report.markdown(res)
-    assert "- from `a` (git a): mixed c=4" in md and "| 64 | 100.0 | 10.0 | 0.99x" in md
-    with pytest.raises(SystemExit, match="mixed c=4 was measured by both"):
+    assert "- from `a` (git a): mixed c = 4" in md and "| 64 | 100.0 | 10.0 | 0.99x" in md
+    with pytest.raises(SystemExit, match="mixed c = 4 was measured by both"):
         serving_report.merge([a, run("c", 4, 100.0)])
     with pytest.raises(SystemExit, match=r"other settings .*output_len"):
         serving_report.merge([a, run("d", 8, 100.0, output_len=128)])
