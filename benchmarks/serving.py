@@ -9,10 +9,19 @@ process, started with the settings users get (torch.compile on unless ``--eager`
 and with ``VLLM_PLUGINS`` loading our plugin only where it is the method under test.
 The load generator is vLLM's own ``vllm bench serve``: closed-loop fixed concurrencies
 (``--max-concurrency``) and open-loop Poisson rates (``--request-rate``), on two
-workloads: the shipped mixed prompts through ``/v1/completions`` and the same prompts
-as chat through ``/v1/chat/completions``; optionally ``unique``: held-out code prompts
-of which no server sees any twice in the run (fair to methods with a cross-request
-cache, such as in-tree ``suffix``, which the cycled mixed prompts flatter).
+workloads (``WORKLOADS``):
+
+* ``sharegpt``: real chat traffic. Held-out ShareGPT first exchanges
+  (``workloads.sharegpt_pool``) through vLLM's own ShareGPT loader on
+  ``/v1/chat/completions`` with the model's chat template; each answer stops at EOS or
+  at its reference length (cut to ``--output-len``). Every cell draws new
+  conversations, so no server sees a prompt twice.
+* ``unique``: held-out code prompts, also never sent twice (fair to methods with a
+  cross-request cache, such as in-tree ``suffix``).
+* ``mixed`` and ``chat``: **replays**. ``vllm bench serve`` cycles the 8 shipped mixed
+  prompts (``/v1/completions``, and as chat). Cross-request methods draft the repeats
+  from earlier answers; these cells show what replayed traffic gets, never what a
+  first-time prompt gets.
 
 Schedule: all servers of the run are started and warmed first; then for each
 repetition, every (workload, load) cell in a shuffled order, every server in a
@@ -44,7 +53,7 @@ from pathlib import Path
 
 from benchmarks import machine, serving_report
 from benchmarks.configs import BenchConfig, expand, select
-from benchmarks.workloads import load_prompt_set, unique_code_prompts
+from benchmarks.workloads import load_prompt_set, sharegpt_pool, unique_code_prompts
 from vllm_specdec_plugin.testing import stop_process_group
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,15 +63,17 @@ SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMER
 # vLLM's result keys kept per cell (the per-request lists are dropped).
 DROP_KEYS = ("ttfts", "itls", "input_lens", "output_lens", "generated_texts", "errors",
              "start_times")
-# name -> (vllm bench serve backend, endpoint). "unique": held-out code prompts, each
-# sent once per server in the whole run (workloads.unique_code_prompts).
+# name -> (vllm bench serve backend, endpoint). "unique" and "sharegpt": each prompt sent
+# once per server in the whole run; "mixed" and "chat" cycle 8 prompts (replays).
 WORKLOADS = {"mixed": ("openai", "/v1/completions"), "chat": ("openai-chat", "/v1/chat/completions"),
-             "unique": ("openai", "/v1/completions")}
+             "unique": ("openai", "/v1/completions"),
+             "sharegpt": ("openai-chat", "/v1/chat/completions")}
 FULL = dict(configs=["nospec-again", "draft_model-k4", "ngram-k4", "suffix-k8", "suffix-k24",
                      "plugin-k4", "plugin-hybrid-adaptive-k8"],
             concurrency=[1, 2, 4, 8, 16, 32, 64], rates=[0.5, 1, 2, 4, 8], reps=2, output_len=64)
 SMOKE = dict(configs=["plugin-hybrid-adaptive-k8"], concurrency=[1, 2], rates=[4.0], reps=1,
              output_len=16)
+WORKLOADS_DEFAULT = "sharegpt,mixed,chat"
 CONTENDED_CPUS = 0.25
 # /metrics series summed over label sets before and after each cell; their deltas give
 # the cell's acceptance (vLLM's counters, every method) and draft cost (the plugin's).
@@ -228,6 +239,19 @@ def write_dataset(path: Path) -> int:
     return len(prompts)
 
 
+def _dataset_args(workload: str, dataset: Path, args: argparse.Namespace, varied: bool) -> list[str]:
+    if workload == "sharegpt":
+        # vLLM's loader: output length = the (cut) reference answer's; the answer stops
+        # at EOS as real chat does (greedy outputs are the same for every method).
+        return ["--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--no-oversample"]
+    return ["--dataset-name", "custom", "--dataset-path", str(dataset),
+            # raw prompts: /v1/completions takes them as they are, and the chat endpoint
+            # applies the server's template itself (the client must not apply it too)
+            "--skip-chat-template",
+            # -1: each request's length from the dataset's "output_tokens"
+            "--custom-output-len", str(-1 if varied else args.output_len), "--ignore-eos"]
+
+
 def bench(server: Server, workload: str, load: Load, num_prompts: int, args: argparse.Namespace,
           dataset: Path, result: Path, tokenizer: str, varied: bool = False) -> dict:
     """One ``vllm bench serve`` run against ``server``; returns vLLM's result dict.
@@ -237,14 +261,9 @@ def bench(server: Server, workload: str, load: Load, num_prompts: int, args: arg
     backend, endpoint = WORKLOADS[workload]
     cmd = [str(BIN / "vllm"), "bench", "serve", "--backend", backend, "--endpoint", endpoint,
            "--base-url", f"http://127.0.0.1:{server.port}", "--model", server.name,
-           "--tokenizer", tokenizer, "--dataset-name", "custom", "--dataset-path", str(dataset),
-           # raw prompts: /v1/completions takes them as they are, and the chat endpoint
-           # applies the server's template itself (the client must not apply it too)
-           "--skip-chat-template",
-           # -1: each request's length from the dataset's "output_tokens"
-           "--custom-output-len", str(-1 if varied else args.output_len),
+           "--tokenizer", tokenizer, *_dataset_args(workload, dataset, args, varied),
            "--num-prompts", str(num_prompts),
-           "--temperature", str(args.temperature), "--ignore-eos", "--seed", str(args.seed),
+           "--temperature", str(args.temperature), "--seed", str(args.seed),
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
            "--save-result", "--result-dir", str(result.parent), "--result-filename", result.name,
            *load.args()]
@@ -274,12 +293,15 @@ def run(args: argparse.Namespace) -> dict:
             [Load("request_rate", r) for r in args.rates]
     cells = [(w, ld) for w in args.workloads for ld in loads]
     unique = unique_code_prompts() if "unique" in args.workloads else []
-    need = args.reps * sum(ld.num_prompts(per_load) for w, ld in cells if w == "unique")
-    if need > len(unique):
-        raise SystemExit(f"the unique workload needs {need} prompts and has {len(unique)}: "
-                         f"use fewer loads or repetitions, or a lower --num-prompts")
     pair = ensure_pair(args.pair)
     target, draft = str(pair.target), str(pair.draft)
+    chats = (sharegpt_pool(target, args.output_len, args.max_model_len, args.seed)
+             if "sharegpt" in args.workloads else [])
+    for name, pool in (("unique", unique), ("sharegpt", chats)):
+        need = args.reps * sum(ld.num_prompts(per_load) for w, ld in cells if w == name)
+        if need > len(pool):
+            raise SystemExit(f"the {name} workload needs {need} prompts and has {len(pool)}: "
+                             f"use fewer loads or repetitions, or a lower --num-prompts")
     meter = machine.ForeignLoad()
     servers: list[Server] = []
     res: dict = {"meta": {"started": dt.datetime.now().isoformat(timespec="seconds"),
@@ -315,6 +337,10 @@ def run(args: argparse.Namespace) -> dict:
                 if workload == "unique":   # this cell's own prompts, the same for every server
                     data = write_prompts(out / "cell.jsonl", unique[:n], _lengths(n))
                     unique = unique[n:]
+                elif workload == "sharegpt":
+                    data = out / "cell.json"
+                    data.write_text(json.dumps(chats[:n], ensure_ascii=False))
+                    chats = chats[n:]
                 elif args.output_spread:   # each request its own length: n lines, no resampling
                     data = write_prompts(out / "cell.jsonl", [mixed[i % len(mixed)] for i in range(n)],
                                          _lengths(n))
@@ -344,7 +370,7 @@ def run(args: argparse.Namespace) -> dict:
     finally:
         for s in servers:
             s.stop()
-        for f in ("last.json", "warmup.json", "cell.jsonl"):
+        for f in ("last.json", "warmup.json", "cell.jsonl", "cell.json"):
             (out / f).unlink(missing_ok=True)
     res["meta"]["finished"] = dt.datetime.now().isoformat(timespec="seconds")
     (out / "serving.json").write_text(json.dumps(res, indent=1))
@@ -356,9 +382,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true",
                     help="CI harness check: ci pair, eager, 2 configs, 2 concurrencies, 1 rate, 1 rep")
-    ap.add_argument("--pair", default=None, help="fixture pair: bench (default), nopay, ci (default with --smoke)")
+    ap.add_argument("--pair", default=None,
+                    help="model pair: bench (default), nopay, smol (real weights), ci (default with --smoke)")
     ap.add_argument("--configs", default=None, help="comma-separated table names (nospec always)")
-    ap.add_argument("--workloads", default="mixed,chat")
+    ap.add_argument("--workloads", default=WORKLOADS_DEFAULT,
+                    help=f"comma-separated, of {list(WORKLOADS)}; "
+                         f"{list(serving_report.REPLAYED)} are replays")
     ap.add_argument("--concurrency", default=None, help="comma-separated, e.g. 1,2,4,8,16,32,64")
     ap.add_argument("--rates", default=None, help="Poisson request rates (req/s); '' for none")
     ap.add_argument("--reps", type=int, default=None)

@@ -30,7 +30,17 @@ from benchmarks.stats import geomean, median
 A_A = "nospec-again"    # the A/A control (configs.TABLE): the run's noise floor
 LOAD_KINDS = (("max_concurrency", "concurrency"), ("request_rate", "request rate (req/s)"))
 METRICS = (("output_throughput", "output tok/s"), ("median_tpot_ms", "TPOT p50 (ms)"),
-           ("p99_tpot_ms", "TPOT p99 (ms)"))
+           ("p99_tpot_ms", "TPOT p99 (ms)"), ("median_ttft_ms", "TTFT p50 (ms)"),
+           ("p99_ttft_ms", "TTFT p99 (ms)"), ("p99_e2el_ms", "end-to-end p99 (ms)"))
+SHORT = ("tput", "TPOT p50", "TPOT p99", "TTFT p50", "TTFT p99", "e2e p99")
+# Workloads whose prompts `vllm bench serve` cycles (benchmarks.serving): every table
+# that shows them says so.
+REPLAYED = {"mixed": "replay: 8 prompts cycled", "chat": "replay: 8 prompts cycled, as chat"}
+
+
+def workload_label(name: str) -> str:
+    """``name``, with "(replay: ...)" for a replayed workload."""
+    return f"{name} ({REPLAYED[name]})" if name in REPLAYED else name
 
 
 def _load_of(cell: dict) -> tuple[str, float]:
@@ -96,7 +106,7 @@ def pooled_lines(res: dict) -> list[str]:
     for (workload, kind, cfg), by_m in sorted(pool.items()):
         cells = [f"{geomean(v):.3f}x [{min(v):.2f}, {max(v):.2f}]" if v else "–"
                  for v in (by_m["output_throughput"], by_m["median_tpot_ms"])]
-        lines.append(f"| {workload} | {dict(LOAD_KINDS)[kind]} | {cfg} | "
+        lines.append(f"| {workload_label(workload)} | {dict(LOAD_KINDS)[kind]} | {cfg} | "
                      f"{len(by_m['output_throughput'])} | " + " | ".join(cells) + " |")
     return lines + [""]
 
@@ -212,9 +222,9 @@ def markdown(res: dict) -> str:
     cross = crossovers(res)
     for (workload, kind), loads in sorted(_table(res).items()):
         configs = sorted({c for load in loads.values() for c in load if c != BASELINE})
-        lines += [f"## {workload}, by {dict(LOAD_KINDS)[kind]}", "",
+        lines += [f"## {workload_label(workload)}, by {dict(LOAD_KINDS)[kind]}", "",
                   "| load | nospec tok/s | nospec TPOT p50 | " +
-                  " | ".join(f"{c} tput / TPOT p50 / p99" for c in configs) + " |",
+                  " | ".join(f"{c} {' / '.join(SHORT)}" for c in configs) + " |",
                   "|---|---|---|" + "---|" * len(configs)]
         for load in sorted(loads):
             base = loads[load].get(BASELINE)
@@ -248,7 +258,7 @@ def markdown(res: dict) -> str:
         f = lambda v, d=2: "–" if v is None else f"{v:.{d}f}"  # noqa: E731
         for r in sorted(rows, key=lambda r: (r["workload"], r["config"], r["repetition"])):
             eff = r["tpot_speedup"] / r["bound"] if r.get("bound") and r["tpot_speedup"] else None
-            lines.append(f"| {r['workload']} | {r['config']} | {r['repetition']} | "
+            lines.append(f"| {workload_label(r['workload'])} | {r['config']} | {r['repetition']} | "
                          f"{f(r.get('alpha'))} | {f(r.get('e_n'))} | {f(r.get('k_bar'))} | "
                          f"{f(r.get('c_prime'), 3)} | {f(r.get('bound'))} | "
                          f"{f(r['tpot_speedup'])} | {f(eff)} |")
@@ -283,7 +293,7 @@ def plot(res: dict, path: Path) -> None:
             ax.set_xscale("log", base=2)
             ax.set_xlabel(dict(LOAD_KINDS)[key[1]])
             ax.set_ylabel(label)
-            ax.set_title(f"{key[0]}: {label}")
+            ax.set_title(f"{workload_label(key[0])}: {label}", fontsize=9)
             ax.grid(alpha=0.3)
         axes[i][0].legend(fontsize=7)
     fig.tight_layout()

@@ -96,3 +96,43 @@ def unique_code_prompts(max_lines: int = 20, max_chars: int = 800,
         if size >= min_chars:
             out.append("".join(chunk))
     return out
+
+
+def sharegpt_pool(tokenizer_dir: str, max_output_tokens: int, max_model_len: int,
+                  seed: int) -> list[dict]:
+    """Held-out ShareGPT first exchanges (``fixtures.sharegpt``: none of them trained the
+    real pair's draft), shuffled with ``seed``, each ready for ``vllm bench serve
+    --dataset-name sharegpt``: the answer is cut to its first ``max_output_tokens``
+    tokens, because vLLM's loader asks for as many output tokens as the reference
+    answer has. Exchanges vLLM's loader would drop (``is_valid_sequence``: prompt or
+    answer under 4 tokens, prompt over 1024) or whose chat-formatted prompt plus answer
+    would not fit ``max_model_len`` are left out, so a cell of n gets exactly n requests.
+    """
+    import random
+
+    from transformers import AutoTokenizer
+
+    from vllm_specdec_plugin.fixtures import fixtures_root, sharegpt
+    from vllm_specdec_plugin.fixtures.registry_files import SHAREGPT_JSON, fetch
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    path = fetch(SHAREGPT_JSON, fixtures_root() / "downloads")
+    _, heldout = sharegpt.split(sharegpt.load_conversations(path))
+    random.Random(seed).shuffle(heldout)
+    out = []
+    for conv in heldout:
+        user, answer = sharegpt.first_exchange(conv)
+        p_len = len(tok(user).input_ids)
+        a_ids = tok(answer).input_ids[:max_output_tokens]
+        if not 4 <= p_len <= 1024 or len(a_ids) < 4:
+            continue
+        chat = tok.apply_chat_template([{"role": "user", "content": user}],
+                                       add_generation_prompt=True, tokenize=False)
+        if len(tok(chat, add_special_tokens=False).input_ids) + len(a_ids) > max_model_len:
+            continue
+        cut = tok.decode(a_ids, skip_special_tokens=True)
+        if len(tok(cut).input_ids) != len(a_ids):   # re-tokenizing must give the same length
+            continue
+        out.append({"id": conv["id"], "conversations": [
+            {"from": "human", "value": user}, {"from": "gpt", "value": cut}]})
+    return out

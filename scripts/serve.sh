@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One command from a fresh clone to `vllm serve` with the plugin on the fixture pair:
 # installs .venv, builds the fixtures if missing, serves on 127.0.0.1:${PORT:-8000}.
-# PAIR=ci|bench picks the fixture pair; K sets num_speculative_tokens (the ceiling
-# for adaptive modes); MODE=draft|ngram|hybrid|adaptive|hybrid-adaptive the plugin mode.
+# PAIR=ci|bench|nopay|smol picks the pair (smol: real SmolLM2-135M-Instruct weights and
+# a distilled draft; its first build takes about 20 min); K sets num_speculative_tokens
+# (the ceiling for adaptive modes); MODE=draft|ngram|hybrid|adaptive|hybrid-adaptive the
+# plugin mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,6 +14,8 @@ paths=$(.venv/bin/python -m vllm_specdec_plugin.fixtures --pair "$PAIR" --print-
 TARGET=$(echo "$paths" | sed -n 's/^target=//p')
 DRAFT=$(echo "$paths" | sed -n 's/^draft=//p')
 source scripts/cpu_env.sh
+default_len=1024
+[ "$PAIR" = smol ] && default_len=2048   # chat prompts of up to 1024 tokens, and the answer
 case "${MODE:-draft}" in
   draft) mode='' ;;
   ngram) mode=',"method":"ngram"' ;;
@@ -24,5 +28,5 @@ spec=$(printf '{"method":"custom_class","model":"vllm_specdec_plugin.DraftModelP
 echo "[serve] target=$TARGET"
 echo "[serve] speculative-config=$spec"
 exec .venv/bin/vllm serve "$TARGET" --served-model-name "specdec-$PAIR" \
-  --host 127.0.0.1 --port "${PORT:-8000}" --max-model-len "${MAX_MODEL_LEN:-1024}" \
+  --host 127.0.0.1 --port "${PORT:-8000}" --max-model-len "${MAX_MODEL_LEN:-$default_len}" \
   --speculative-config "$spec" "$@"

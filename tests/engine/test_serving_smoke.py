@@ -2,7 +2,8 @@
 
 Starts real `vllm serve` processes (no speculation, the plugin in hybrid + adaptive
 mode) on the ci pair and drives them with vLLM's own `vllm bench serve` at two
-concurrencies and one Poisson rate, on the completion and chat workloads.
+concurrencies and one Poisson rate, on held-out ShareGPT chats (vLLM's own ShareGPT
+loader) and the replayed completion and chat workloads.
 """
 
 import json
@@ -22,10 +23,10 @@ def test_serving_benchmark_smoke(ci_pair, tmp_path):
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     res = json.loads((out / "serving.json").read_text())
     cells = res["cells"]
-    # 2 configs x 2 workloads x (2 concurrencies + 1 rate) x 1 repetition
-    assert len(cells) == 12, [(c["config"], c["workload"]) for c in cells]
+    # 2 configs x 3 workloads x (2 concurrencies + 1 rate) x 1 repetition
+    assert len(cells) == 18, [(c["config"], c["workload"]) for c in cells]
     assert {c["config"] for c in cells} == {"nospec", "plugin-hybrid-adaptive-k8"}
-    assert {c["workload"] for c in cells} == {"mixed", "chat"}
+    assert {c["workload"] for c in cells} == {"sharegpt", "mixed", "chat"}
     for c in cells:
         assert c["completed"] == c["num_prompts"] and not c.get("failed"), c
         for key in ("output_throughput", "median_tpot_ms", "p99_tpot_ms", "median_ttft_ms",
@@ -46,6 +47,7 @@ def test_serving_benchmark_smoke(ci_pair, tmp_path):
         assert c["server_cpu_s"]["worker"] > 0 and c["server_cpu_s"]["engine"] > 0, c["server_cpu_s"]
     md = (out / "serving.md").read_text()
     assert "Crossover" in md and "plugin-hybrid-adaptive-k8" in md
+    assert "## mixed (replay: 8 prompts cycled)" in md and "## sharegpt, by" in md
     assert "Analytic bound at concurrency 1" in md
     assert "Plugin decode steps: verifying vs plain" in md
     assert (out / "serving.png").stat().st_size > 0
