@@ -5,7 +5,7 @@ one row per drafted request.
 Every drafted row needs an entry: vLLM drops the whole batch's q if one drafted
 request is missing. Rows drafted greedily (greedy requests in a mixed batch, n-gram
 drafts) are point masses. Sampled rows take q straight from the draft sampler's
-device buffer.
+device buffer; a round with every row sampled hands over that buffer itself.
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ def build(sampled_rows: Sequence[int], q: torch.Tensor | None,
     if not sampled_rows or q is None:
         return None
     k = max(len(d) for d in drafts)
+    if len(sampled_rows) == len(drafts) and q.shape[1] >= k \
+            and list(sampled_rows) == list(range(len(drafts))):
+        # Every row sampled, in channel order: the sampler's own buffer, no [rows, k, V]
+        # copy (a fresh buffer each round; positions past a row's k stay zero).
+        return q[:, :k].to(device)
     probs = torch.zeros((len(drafts), k, vocab_size), dtype=torch.float32, device=device)
     sampled = torch.tensor(list(sampled_rows), device=device)
     kq = min(k, q.shape[1])

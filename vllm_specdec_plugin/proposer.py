@@ -54,6 +54,8 @@ from vllm_specdec_plugin.sampling.pipeline import SamplingSpec
 from vllm_specdec_plugin.shadow import SHADOW_K, Shadow, take_turns
 from vllm_specdec_plugin.startup_checks import check_features
 from vllm_specdec_plugin.stats import ProposerStats, RequestAcceptance
+from vllm_specdec_plugin.vocab_memory import describe as describe_buffers
+from vllm_specdec_plugin.vocab_memory import vocab_buffers
 
 # A child of "vllm" so records reach the handler vLLM configures (same format, same level).
 logger = logging.getLogger("vllm.specdec_plugin")
@@ -136,6 +138,12 @@ class DraftModelProposer:
         p = next(iter(target_model.parameters()), None) if target_model is not None else None
         self.device = p.device if p is not None else torch.device("cpu")
         self.ready = True
+        max_rows = int(getattr(self.vllm_config.scheduler_config, "max_num_seqs", 0) or 0)
+        vocab = vocab_buffers(max_rows, self.k, self.vocab_size,
+                              torch.empty((), dtype=self.vllm_config.model_config.dtype).element_size(),
+                              self.uses_model)
+        logger.info("specdec: per-step vocabulary buffers at %d requests x k %d x V %d: %s",
+                    max_rows, self.k, self.vocab_size, describe_buffers(vocab))
         if not self.uses_model:
             logger.info("specdec: n-gram drafting (max_n %d, min_n %d, window %d); no draft model",
                         self.config.ngram_max_n, self.config.ngram_min_n, self.config.ngram_window)
@@ -405,8 +413,10 @@ class DraftModelProposer:
         spec = SamplingSpec.from_sampling_params(runner_hooks.sampling_params(self.runner, plan.req_id))
         if spec.is_greedy or self.config.draft_sampling != "sample":
             return
-        n_prompt = runner_hooks.prompt_len(self.runner, plan.row)
         plan.spec = spec
+        if not spec.has_penalties:
+            return  # the pipeline reads histories only for penalties
+        n_prompt = runner_hooks.prompt_len(self.runner, plan.row)
         plan.prompt = committed_row[:n_prompt].tolist()
         plan.output = committed_row[n_prompt:plan.length].tolist()
 

@@ -406,17 +406,23 @@ def test_serving_report_pools_paired_ratios_next_to_the_a_a_control():
             for cfg, tput in (("nospec", base), ("nospec-again", again), ("plugin-x", plug)):
                 cells.append({"config": cfg, "workload": "mixed", "max_concurrency": load,
                               "repetition": rep, "output_throughput": float(tput),
-                              "median_tpot_ms": 1000.0 / tput, "p99_tpot_ms": 2000.0 / tput})
+                              "median_tpot_ms": 1000.0 / tput, "p99_tpot_ms": 2000.0 / tput,
+                              "median_ttft_ms": 50.0, "p99_ttft_ms": 80.0,
+                              "p99_e2el_ms": 2000.0 / tput})
     res = {"meta": {"pair": "ci", "started": "t", "git": {"short": "x"}, "args": {}},
            "cells": cells}
     pool = serving_report.pooled(res)
     assert sorted(pool[("mixed", "max_concurrency", "plugin-x")]["output_throughput"]) == \
         pytest.approx([0.9, 0.9, 1.21, 1.21])
     md = serving_report.markdown(res)
-    assert "| 4 | 100.0 | 10.0 | 1.00x [0.90, 1.10] / 1.01x / 1.01x | 1.05x [0.90, 1.21] / " in md
+    # tput [range] / TPOT p50 / TPOT p99 / TTFT p50 / TTFT p99 / e2e p99
+    assert "| 4 | 100.0 | 10.0 | 1.00x [0.90, 1.10] / 1.01x / 1.01x / 1.00x / 1.00x / 1.01x | " \
+           "1.05x [0.90, 1.21] / " in md
+    assert "## mixed (replay: 8 prompts cycled), by concurrency" in md
     # geometric mean of 0.9, 0.9, 1.21, 1.21 is sqrt(0.9 * 1.21) = 1.0436
-    assert "| mixed | concurrency | plugin-x | 4 | 1.044x [0.90, 1.21] | 0.958x [0.83, 1.11] |" in md
-    assert "| mixed | concurrency | nospec-again | 4 | 0.995x [0.90, 1.10] |" in md
+    replay = "mixed (replay: 8 prompts cycled)"
+    assert f"| {replay} | concurrency | plugin-x | 4 | 1.044x [0.90, 1.21] | 0.958x [0.83, 1.11] |" in md
+    assert f"| {replay} | concurrency | nospec-again | 4 | 0.995x [0.90, 1.10] |" in md
 
 
 @pytest.mark.unit

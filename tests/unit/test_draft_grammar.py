@@ -65,8 +65,10 @@ def _run(setup, masked: bool) -> torch.Tensor:
         x = torch.multinomial(q, CHUNK, replacement=True, generator=gen)          # drafts
         # vLLM's scheduler: keep the grammar-valid prefix of each row's drafts.
         kept = torch.tensor([len(grammar.validate_tokens([t])) for t in x.tolist()])
-        out, _ = rejection_sample(x.unsqueeze(1), kept, q.expand(CHUNK, 1, -1),
-                                  p.expand(CHUNK, 2, -1), torch.zeros(CHUNK, dtype=torch.bool),
+        # Flat layout: kept_b rows of q and kept_b + 1 rows of p per request.
+        out, _ = rejection_sample(x.unsqueeze(1), kept, q.expand(int(kept.sum()), -1),
+                                  p.expand(CHUNK, 2, -1)[torch.arange(2) < (kept + 1).unsqueeze(1)],
+                                  torch.zeros(CHUNK, dtype=torch.bool),
                                   [torch.Generator().manual_seed(int(s)) for s in
                                    torch.randint(0, 2**31, (CHUNK,), generator=gen)])
         first = out[:, 0]

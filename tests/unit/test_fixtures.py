@@ -58,7 +58,8 @@ def ci_pair(two_ci_builds):
 
 def test_ci_build_is_deterministic(two_ci_builds):
     from vllm_specdec_plugin.fixtures import BUILDER_VERSION
-    from vllm_specdec_plugin.fixtures.build import MANIFEST_NAME, VOLATILE_MANIFEST_KEYS
+    from vllm_specdec_plugin.fixtures.build import VOLATILE_MANIFEST_KEYS
+    from vllm_specdec_plugin.fixtures.layout import MANIFEST_NAME
 
     (a, b), _ = two_ci_builds
     da, db = a / f"v{BUILDER_VERSION}" / "ci", b / f"v{BUILDER_VERSION}" / "ci"
@@ -133,7 +134,7 @@ def test_manifest_matches_files_on_disk(ci_pair):
     import torch
 
     from vllm_specdec_plugin.fixtures import BUILDER_VERSION
-    from vllm_specdec_plugin.fixtures.build import MANIFEST_NAME
+    from vllm_specdec_plugin.fixtures.layout import MANIFEST_NAME
     from vllm_specdec_plugin.fixtures.corpus import load_corpus
 
     m = ci_pair.manifest

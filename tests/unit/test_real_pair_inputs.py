@@ -89,3 +89,4 @@ def test_draft_state_takes_the_chosen_layers_renumbered():
         "model.embed_tokens.weight": 1, "model.norm.weight": 2, "lm_head.weight": 3,
         "model.layers.0.mlp.up_proj.weight": 10, "model.layers.1.mlp.up_proj.weight": 12,
         "model.layers.2.mlp.up_proj.weight": 15}
+

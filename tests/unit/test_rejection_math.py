@@ -25,14 +25,30 @@ import math
 import pytest
 import torch
 
-from vllm_specdec_plugin.rejection import (
-    PLACEHOLDER_TOKEN_ID,
-    greedy_verify,
-    rejection_sample,
-    rejection_sample_reference,
-)
+from vllm_specdec_plugin import rejection
+from vllm_specdec_plugin.rejection import PLACEHOLDER_TOKEN_ID, greedy_verify
 
 pytestmark = pytest.mark.unit
+
+
+def flatten(x, num_draft, extra):
+    """Padded [B, P, V] -> the flat layout [sum(n_b + extra), V]: each row's first
+    n_b + extra positions, rows in order (extra 1 for p, 0 for q)."""
+    return x[torch.arange(x.shape[1]) < (num_draft + extra).unsqueeze(1)]
+
+
+def padded(fn):
+    """fn (flat p and q) called with padded p [B, K+1, V] and q [B, K, V]: the
+    tests below build batches padded, which is easier to read."""
+    def run(drafts, num_draft, draft_probs, target_probs, is_greedy, generators=None):
+        q = None if draft_probs is None else flatten(draft_probs, num_draft, 0)
+        return fn(drafts, num_draft, q, flatten(target_probs, num_draft, 1), is_greedy,
+                  generators)
+    return run
+
+
+rejection_sample = padded(rejection.rejection_sample)
+rejection_sample_reference = padded(rejection.rejection_sample_reference)
 
 FAMILY_ALPHA = 1e-3
 MAX_CHECKS = 64  # upper bound on statistical checks in this module
@@ -537,3 +553,18 @@ def test_statistical_tests_draw_at_least_a_million_rows():
     first_token = sum(case[-1] for case in first_token_cases())
     assert first_token + JOINT_DRAWS * len(JOINT_CASES) >= 1_000_000
     assert first_token >= 1_000_000  # the first-token checks alone
+
+
+def test_first_argmax_breaks_ties_like_torch_argmax():
+    """The fast max(dim).indices keeps argmax's rule (lowest index among ties), on
+    tie-heavy integer logits in float32 and bfloat16, -inf rows included."""
+    from vllm_specdec_plugin.rejection import first_argmax
+
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        rows, vocab = int(torch.randint(1, 40, (1,), generator=g)), int(torch.randint(2, 3000, (1,), generator=g))
+        x = torch.randint(0, 4, (rows, vocab), generator=g).float()
+        x[0, : vocab // 2] = float("-inf")
+        for dtype in (torch.float32, torch.bfloat16):
+            y = x.to(dtype)
+            assert torch.equal(first_argmax(y), y.argmax(dim=-1))

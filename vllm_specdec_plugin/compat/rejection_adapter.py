@@ -144,62 +144,63 @@ def exact_rejection_sample(runner: Any, metadata: Any, draft_probs: torch.Tensor
 
     metadata: vLLM SpecDecodeMetadata; draft_probs [num_draft_tokens_total, V] | None;
     logits [num_draft_tokens_total + B, V] (per request: its draft rows, then bonus).
+    Works on those flat rows: nothing is padded to the batch's largest k.
     """
-    from vllm_specdec_plugin.rejection import (PLACEHOLDER_TOKEN_ID, greedy_verify,
-                                               rejection_sample)
+    from vllm_specdec_plugin.rejection import (PLACEHOLDER_TOKEN_ID, first_argmax,
+                                               greedy_verify, rejection_sample)
     from vllm_specdec_plugin.sampling.constraints import (apply_constraints,
                                                           constraints_from_sampling_params)
     from vllm_specdec_plugin.sampling.pipeline import SamplingSpec, position_probs
 
     num_draft = list(metadata.num_draft_tokens)
-    B, K, V = len(num_draft), metadata.max_spec_len, logits.shape[-1]
+    B, K = len(num_draft), metadata.max_spec_len
     dev = logits.device
     req_ids = runner.input_batch.req_ids[:B]
     states = [runner.requests[r] for r in req_ids]
 
-    # Per-request [K+1] logit rows: drafts' target rows, then the bonus row.
-    rows = torch.full((B, K + 1), -1, dtype=torch.int64)
+    # Flat row order: per request its drafts' target rows, then its bonus row.
     flat_drafts = metadata.draft_token_ids.tolist()
-    drafts: list[list[int]] = []
     tgt = metadata.target_logits_indices.tolist()
     bonus = metadata.bonus_logits_indices.tolist()
+    order: list[int] = []
+    drafts: list[list[int]] = []
     start = 0
     for b, n in enumerate(num_draft):
-        rows[b, :n] = torch.tensor(tgt[start:start + n], dtype=torch.int64)
-        rows[b, n] = bonus[b]
-        rows[b, n + 1:] = bonus[b]  # placeholder positions: never read
+        order += tgt[start:start + n]
+        order.append(bonus[b])
         drafts.append(flat_drafts[start:start + n])
         start += n
-    target_logits = logits[rows.to(dev)].float()                           # [B, K+1, V]
-
-    specs = [SamplingSpec.from_sampling_params(s.sampling_params) for s in states]
-    outputs = [s.output_token_ids for s in states]
-    constraints = [constraints_from_sampling_params(s.sampling_params) for s in states]
+    if order != list(range(logits.shape[0])):
+        # vLLM 0.32 lays the rows out in this order already; gather only if it didn't.
+        logits = logits[torch.tensor(order, dtype=torch.int64, device=dev)]
     draft_ids = torch.full((B, max(K, 1)), PLACEHOLDER_TOKEN_ID, dtype=torch.int64)
     for b, d in enumerate(drafts):
         if d:
             draft_ids[b, : len(d)] = torch.tensor(d)
+    draft_ids = draft_ids[:, :K].to(dev)
+    n_t = torch.tensor(num_draft, dtype=torch.int64, device=dev)
+
+    specs = [SamplingSpec.from_sampling_params(s.sampling_params) for s in states]
+    constraints = [constraints_from_sampling_params(s.sampling_params) for s in states]
     constrained = any(c.active for c in constraints)
     if not constrained and all(s.takes_raw_argmax for s in specs):
         # Plain greedy batch: p_j would be the one-hot of argmax(logits_j); skip it.
-        out = greedy_verify(draft_ids[:, :K].to(dev), torch.tensor(num_draft, device=dev),
-                            target_logits.argmax(dim=-1))
-        return out.to(torch.int32)
+        # On the model's dtype: float32 conversion is exact, and ties go to the lowest
+        # id either way, as in vLLM's greedy_sample.
+        argmax = first_argmax(logits)                                         # [T]
+        counts = n_t + 1
+        pos = torch.arange(K + 1, device=dev).unsqueeze(0)
+        rows = (counts.cumsum(0) - counts).unsqueeze(1) + torch.minimum(pos, n_t.unsqueeze(1))
+        return greedy_verify(draft_ids, n_t, argmax[rows]).to(torch.int32)
+    outputs = [s.output_token_ids for s in states]
     if constrained:
-        apply_constraints(target_logits, constraints, outputs, drafts)
-    p = position_probs(target_logits, specs, [s.prompt_token_ids or [] for s in states],
-                       outputs, drafts)                                     # [B, K+1, V]
-
-    q = None
-    if draft_probs is not None:
-        q = torch.zeros((B, max(K, 1), V), dtype=torch.float32, device=dev)
-        start = 0
-        for b, n in enumerate(num_draft):
-            q[b, :n] = draft_probs[start:start + n].float()
-            start += n
+        # In place, so on a copy: vLLM reads these logits again for logprobs.
+        logits = apply_constraints(logits.to(torch.float32, copy=True), constraints,
+                                   outputs, drafts)
+    p = position_probs(logits, specs, [s.prompt_token_ids or [] for s in states],
+                       outputs, drafts)                                     # [T, V]
     gens = runner.input_batch.generators
     generators = [gens.get(i) for i in range(B)]
-    is_greedy = torch.tensor([s.is_greedy for s in specs], dtype=torch.bool)
-    out, _ = rejection_sample(draft_ids[:, :K].to(dev), torch.tensor(num_draft, dtype=torch.int64, device=dev),
-                              None if q is None else q[:, :K], p, is_greedy.to(dev), generators)
+    is_greedy = torch.tensor([s.is_greedy for s in specs], dtype=torch.bool, device=dev)
+    out, _ = rejection_sample(draft_ids, n_t, draft_probs, p, is_greedy, generators)
     return out.to(torch.int32)

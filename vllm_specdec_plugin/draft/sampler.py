@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import torch
 
-from vllm_specdec_plugin.rejection import sample_from_weights
+from vllm_specdec_plugin.rejection import first_argmax, sample_from_weights
 from vllm_specdec_plugin.sampling.pipeline import target_probs
 
 
@@ -18,8 +18,8 @@ class DraftSampler:
     """Chooses the drafts of one round. Rows follow the round's plan order.
 
     specs: per row, a SamplingSpec (sampled from q) or None (argmax).
-    prompts / outputs: per row, the request's prompt and output token ids (used
-      only for sampled rows: penalties see output + drafts so far).
+    prompts / outputs: per row, the request's prompt and output token ids, read only
+      for rows with a penalty (penalties see output + drafts so far); others may be [].
     generators: per row, a CPU torch.Generator for seeded requests, else None.
     masks: optional; ``masks.apply(logits, pos, drafts)`` masks the logits of pass
       ``pos`` in place before the drafts are chosen (structured-output rows).
@@ -37,8 +37,13 @@ class DraftSampler:
         idx = self.sampled
         self.specs = [specs[i] for i in idx]
         self.generators = [generators[i] for i in idx]
-        self.prompts = _padded([prompts[i] for i in idx], device)
-        self.outputs = _padded([outputs[i] for i in idx], device)
+        # Histories only for penalised rows (the pipeline reads no others): [S, L]
+        # tensors whose other rows stay empty padding; not built when none has one.
+        self.penalised = any(s.has_penalties for s in self.specs)
+        if self.penalised:
+            keep = [s.has_penalties for s in self.specs]
+            self.prompts = _padded([prompts[i] if k else [] for i, k in zip(idx, keep)], device)
+            self.outputs = _padded([outputs[i] if k else [] for i, k in zip(idx, keep)], device)
         self.q = torch.zeros((len(idx), k_max, vocab_size), dtype=torch.float32, device=device)
 
     def pick(self, logits: torch.Tensor, pos: int, drafts: torch.Tensor) -> torch.Tensor:
@@ -46,7 +51,7 @@ class DraftSampler:
         drafts [B, k_max] int64 holds the earlier drafts. Returns [n] int64."""
         if self.masks is not None:
             self.masks.apply(logits, pos, drafts)
-        tokens = logits.argmax(-1)
+        tokens = first_argmax(logits)
         n = logits.shape[0]
         active = [j for j, i in enumerate(self.sampled) if i < n]
         if not active:
@@ -54,9 +59,13 @@ class DraftSampler:
         rows = [self.sampled[j] for j in active]
         rows_t = torch.tensor(rows, device=self.device)
         act_t = torch.tensor(active, device=self.device)
-        history = torch.cat([self.outputs[act_t], drafts[rows_t, :pos]], dim=1)
+        if self.penalised:
+            prompt = self.prompts[act_t]
+            history = torch.cat([self.outputs[act_t], drafts[rows_t, :pos]], dim=1)
+        else:
+            prompt = history = [[]] * len(active)
         q = target_probs(logits[rows_t], [self.specs[j] for j in active],
-                         self.prompts[act_t], history)                    # [S, V]
+                         prompt, history)                                  # [S, V]
         # One uniform per row: seeded requests draw from their own generator (same
         # seed, same drafts); the others share one batched draw.
         u = torch.rand(len(active), dtype=torch.float64)

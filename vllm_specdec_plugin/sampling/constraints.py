@@ -32,30 +32,41 @@ class TokenConstraints:
 
 
 def apply_constraints(
-    logits: torch.Tensor,                       # [B, P, V] float, modified in place
+    logits: torch.Tensor,                       # [T, V] float, modified in place
     constraints: Sequence[TokenConstraints],    # [B]
     output_token_ids: Sequence[Sequence[int]],  # [B][L_b] generated so far
     draft_token_ids: Sequence[Sequence[int]],   # [B][k_b]; position j sees drafts[:j]
 ) -> torch.Tensor:
-    """Forbid tokens at every position j of every row; returns ``logits``."""
+    """Forbid tokens at every position j of every row; returns ``logits``.
+
+    Flat layout (vLLM's): request b owns k_b + 1 consecutive rows, its positions
+    0..k_b, so T = sum(k_b + 1).
+    """
     ninf = float("-inf")
-    P, V = logits.shape[1], logits.shape[2]
+    V = logits.shape[1]
+    need = sum(len(d) + 1 for d in draft_token_ids)
+    if need != logits.shape[0]:
+        raise ValueError(f"logits has {logits.shape[0]} rows, drafts need {need}")
+    start = 0
     for b, c in enumerate(constraints):
+        drafts = list(draft_token_ids[b])
+        rows = logits[start:start + len(drafts) + 1]    # a view: writes reach logits
+        start += len(drafts) + 1
         if not c.active:
             continue
         if c.allowed_token_ids is not None:
             keep = torch.zeros(V, dtype=torch.bool, device=logits.device)
             keep[[t for t in c.allowed_token_ids if 0 <= t < V]] = True
-            logits[b, :, ~keep] = ninf
-        out, drafts = list(output_token_ids[b]), list(draft_token_ids[b])
-        for j in range(P):
+            rows[:, ~keep] = ninf
+        out = list(output_token_ids[b])
+        for j in range(len(drafts) + 1):
             history = out + drafts[:j]
             if len(history) < c.min_tokens and c.stop_token_ids:
-                logits[b, j, [t for t in c.stop_token_ids if 0 <= t < V]] = ninf
+                rows[j, [t for t in c.stop_token_ids if 0 <= t < V]] = ninf
             for word in c.bad_words:
                 prefix, last = word[:-1], word[-1]
                 if 0 <= last < V and (not prefix or tuple(history[-len(prefix):]) == tuple(prefix)):
-                    logits[b, j, last] = ninf
+                    rows[j, last] = ninf
     return logits
 
 

@@ -23,8 +23,9 @@ Order of operations (mirrors vLLM 0.32 `v1/sample/sampler.py`, `Sampler.forward`
    c) presence: `logits -= presence_penalty * (count_in_output > 0)`.
    Frequency and presence look at output tokens only, never the prompt.
 4. greedy rows (temperature < 1e-5, vLLM's `_SAMPLING_EPS`) stop here: argmax of the
-   biased, penalised logits (`Sampler.sample` -> `greedy_sample`). We return its
-   one-hot. Ties go to the lowest token id (`torch.argmax`).
+   biased, penalised logits (`Sampler.sample` -> `greedy_sample`). `target_probs`
+   returns its one-hot, `position_probs` the processed logits themselves (the
+   rejection step reads only their argmax). Ties go to the lowest id (`torch.argmax`).
 5. temperature: `logits / temperature` (`Sampler.apply_temperature`).
 6. min_p, an argmax-invariant processor (`MinPLogitsProcessor.apply`): softmax of the
    temperature-scaled logits, drop tokens with prob < min_p * max_prob.
@@ -48,11 +49,13 @@ the bonus position gets all drafts, `Sampler._combine_outputs_with_spec_tokens`)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from vllm_specdec_plugin.rejection import first_argmax
 
 # vLLM's `_SAMPLING_EPS` (`sampling_params.py`, `v1/sample/sampler.py`): temperatures
 # below it are greedy.
@@ -108,11 +111,16 @@ class SamplingSpec:
         return self.temperature < SAMPLING_EPS
 
     @property
+    def has_penalties(self) -> bool:
+        """True when a repetition, presence or frequency penalty is set (histories read)."""
+        return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
+                or self.frequency_penalty != 0.0)
+
+    @property
     def takes_raw_argmax(self) -> bool:
         """Greedy with no logit_bias and no penalties: the token is the argmax of the
         raw logits (min_p, top-k and top-p never change the argmax)."""
-        return (self.is_greedy and not self.logit_bias and self.repetition_penalty == 1.0
-                and self.presence_penalty == 0.0 and self.frequency_penalty == 0.0)
+        return self.is_greedy and not self.logit_bias and not self.has_penalties
 
     @classmethod
     def from_sampling_params(cls, sp: Any) -> SamplingSpec:
@@ -172,57 +180,51 @@ def target_probs(
     """The distribution each row samples from, as vLLM's `Sampler` would.
 
     Used for the target (p) and the draft (q) alike. Returns probs [B, V] float32
-    (rows sum to 1; greedy rows are the one-hot of the processed argmax).
+    (rows sum to 1; greedy rows are the one-hot of the processed argmax). Histories
+    are read only for rows with a penalty; other rows' entries may be empty.
     """
     if logits.ndim != 2:
         raise ValueError(f"logits must be [B, V], got {tuple(logits.shape)}")
-    num_rows, vocab_size = logits.shape
-    _check_batch(specs, num_rows)
-    device = logits.device
-    return _probs(logits, specs, _pad_histories(prompt_token_ids, num_rows, vocab_size, device),
-                  _pad_histories(output_token_ids, num_rows, vocab_size, device))
+    _check_batch(specs, logits.shape[0])
+    _check_histories(prompt_token_ids, logits.shape[0])
+    _check_histories(output_token_ids, logits.shape[0])
+    return _probs(logits, specs, lambda r: _history_rows(prompt_token_ids, r),
+                  lambda r: _history_rows(output_token_ids, r), one_hot_greedy=True)
 
 
 def position_probs(
-    logits: torch.Tensor,  # [B, P, V] float, raw logits at P consecutive positions
+    logits: torch.Tensor,  # [T, V] float: per request its k_b + 1 positions, in order
     specs: Sequence[SamplingSpec],  # [B]
-    prompt_token_ids: Histories,  # [B][L_prompt] or [B, L] padded
-    output_token_ids: Histories,  # [B][L_out] or [B, L] padded
-    draft_token_ids: Sequence[Sequence[int]] | torch.Tensor,  # [B][k_b] or [B, K]
+    prompt_token_ids: Sequence[Sequence[int]],  # [B][L_prompt]
+    output_token_ids: Sequence[Sequence[int]],  # [B][L_out]
+    draft_token_ids: Sequence[Sequence[int]],  # [B][k_b]
 ) -> torch.Tensor:
     """`target_probs` at every speculative position, drafts entering the history.
 
-    Position j of row b uses output history `output[b] + drafts[b][:j]` (see
-    `expand_histories`); positions past k_b reuse all k_b drafts (those rows are
-    placeholders for the rejection sampler and never read). A tensor
-    `draft_token_ids` is placeholder-padded: ids outside [0, V) are ignored.
-    For the target pass P = K + 1; for the draft pass P = K. Returns [B, P, V]
-    float32.
+    vLLM's flat verification layout: request b owns k_b + 1 consecutive rows of
+    ``logits``, its positions 0..k_b (T = sum(k_b + 1)); position j's output history
+    is `output[b] + drafts[b][:j]` (see `expand_histories`). Returns [T, V] float32:
+    probs for sampled rows, the processed logits for greedy rows (only their argmax
+    means anything: the rejection step reads nothing else).
     """
-    if logits.ndim != 3:
-        raise ValueError(f"logits must be [B, P, V], got {tuple(logits.shape)}")
-    num_rows, num_pos, vocab_size = logits.shape
-    _check_batch(specs, num_rows)
-    device = logits.device
-    prompt = _pad_histories(prompt_token_ids, num_rows, vocab_size, device)   # [B, Lp]
-    output = _pad_histories(output_token_ids, num_rows, vocab_size, device)   # [B, Lo]
+    if logits.ndim != 2:
+        raise ValueError(f"logits must be [T, V], got {tuple(logits.shape)}")
+    _check_batch(specs, len(draft_token_ids))
+    counts = [len(d) + 1 for d in draft_token_ids]
+    if sum(counts) != logits.shape[0]:
+        raise ValueError(f"logits has {logits.shape[0]} rows, drafts need {sum(counts)}")
+    flat_specs = [s for s, n in zip(specs, counts) for _ in range(n)]
+    owner = [b for b, n in enumerate(counts) for _ in range(n)]           # [T] request
+    pos = [j for n in counts for j in range(n)]                           # [T] position
 
-    # Position j's output history: output + drafts[:j], the rest padding. [B, P, Lo + K']
-    drafts = _pad_histories(draft_token_ids, num_rows, vocab_size, device)
-    drafts = drafts[:, : max(num_pos - 1, 0)]                                 # [B, K']
-    seen = (torch.arange(drafts.shape[1], device=device).unsqueeze(0)
-            < torch.arange(num_pos, device=device).unsqueeze(1))               # [P, K']
-    prefix = torch.where(seen, drafts.unsqueeze(1), vocab_size)
-    history = torch.cat([output.unsqueeze(1).expand(-1, num_pos, -1), prefix], dim=2)
+    def prompts(rows: list[int]) -> list[Sequence[int]]:
+        return [prompt_token_ids[owner[r]] for r in rows]
 
-    flat_specs = [s for s in specs for _ in range(num_pos)]
-    probs = _probs(
-        logits.reshape(num_rows * num_pos, vocab_size),
-        flat_specs,
-        prompt.repeat_interleave(num_pos, dim=0),
-        history.reshape(num_rows * num_pos, -1),
-    )
-    return probs.view(num_rows, num_pos, vocab_size)
+    def histories(rows: list[int]) -> list[list[int]]:
+        return [[*output_token_ids[owner[r]], *draft_token_ids[owner[r]][: pos[r]]]
+                for r in rows]
+
+    return _probs(logits, flat_specs, prompts, histories, one_hot_greedy=False)
 
 
 # --------------------------------------------------------------------------- internals
@@ -233,17 +235,29 @@ def _check_batch(specs: Sequence[SamplingSpec], num_rows: int) -> None:
         raise ValueError(f"got {len(specs)} specs for {num_rows} rows")
 
 
+def _check_histories(histories: Histories, num_rows: int) -> None:
+    if isinstance(histories, torch.Tensor):
+        if histories.ndim != 2 or histories.shape[0] != num_rows:
+            raise ValueError(f"history tensor must be [{num_rows}, L]")
+    elif len(histories) != num_rows:
+        raise ValueError(f"got {len(histories)} histories for {num_rows} rows")
+
+
+def _history_rows(histories: Histories, rows: list[int]) -> Histories:
+    """The histories of ``rows`` only (a tensor is indexed, lists are picked)."""
+    if isinstance(histories, torch.Tensor):
+        return histories[torch.tensor(rows, dtype=torch.long, device=histories.device)]
+    return [histories[r] for r in rows]
+
+
 def _pad_histories(
     histories: Histories, num_rows: int, vocab_size: int, device: torch.device
 ) -> torch.Tensor:
     """[B, L] int64 with every id outside [0, V) mapped to the pad bucket V."""
+    _check_histories(histories, num_rows)
     if isinstance(histories, torch.Tensor):
-        if histories.ndim != 2 or histories.shape[0] != num_rows:
-            raise ValueError(f"history tensor must be [{num_rows}, L]")
         tokens = histories.to(device=device, dtype=torch.long)
     else:
-        if len(histories) != num_rows:
-            raise ValueError(f"got {len(histories)} histories for {num_rows} rows")
         width = max((len(h) for h in histories), default=0)
         tokens = torch.full((num_rows, width), vocab_size, dtype=torch.long)
         for row, hist in enumerate(histories):
@@ -256,9 +270,16 @@ def _pad_histories(
 def _probs(
     logits: torch.Tensor,  # [N, V] float
     specs: Sequence[SamplingSpec],  # [N]
-    prompt_tokens: torch.Tensor,  # [N, Lp] int64, padding = V
-    output_tokens: torch.Tensor,  # [N, Lo] int64, padding = V
+    prompts: Callable[[list[int]], Histories],  # rows -> their prompt histories
+    outputs: Callable[[list[int]], Histories],  # rows -> their output histories
+    one_hot_greedy: bool,
 ) -> torch.Tensor:
+    """[N, V] float32: probs for sampled rows; greedy rows the one-hot of the processed
+    argmax, or (one_hot_greedy False) the processed logits themselves.
+
+    Every step below is row-independent, so a step is applied only to the rows it
+    changes: that is bit-identical to vLLM applying it (as a no-op) to every row.
+    """
     num_rows, vocab_size = logits.shape
     device = logits.device
     logits = logits.to(torch.float32, copy=True)
@@ -281,54 +302,87 @@ def _probs(
             index, torch.tensor(vals, dtype=torch.float32, device=device), accumulate=True
         )
 
-    # 3. penalties, by vLLM's own op. Like vLLM's Sampler we skip it when no row has
-    # one; a no-op penalty on a row is bit-identical to none (x * 1.0, x - 0.0).
-    rep = _row_tensor(specs, "repetition_penalty", device)
-    freq = _row_tensor(specs, "frequency_penalty", device)
-    pres = _row_tensor(specs, "presence_penalty", device)
-    if bool((rep != 1.0).any() | (freq != 0.0).any() | (pres != 0.0).any()):
+    # 3. penalties, by vLLM's own op, on the penalised rows only: histories are
+    # built for those alone (the op is per row; a no-op penalty is x * 1.0, x - 0.0).
+    penalised = [r for r, s in enumerate(specs) if s.has_penalties]
+    if penalised:
         from vllm_specdec_plugin.compat.penalties import apply_penalties
 
-        apply_penalties(logits, prompt_tokens, output_tokens, pres, freq, rep)
+        pen_specs = [specs[r] for r in penalised]
+        sub = _select(logits, penalised)
+        apply_penalties(
+            sub,
+            _pad_histories(prompts(penalised), len(penalised), vocab_size, device),
+            _pad_histories(outputs(penalised), len(penalised), vocab_size, device),
+            _row_tensor(pen_specs, "presence_penalty", device),
+            _row_tensor(pen_specs, "frequency_penalty", device),
+            _row_tensor(pen_specs, "repetition_penalty", device),
+        )
+        _put(logits, penalised, sub)
 
-    greedy = torch.tensor([s.is_greedy for s in specs], dtype=torch.bool, device=device)
-    probs = torch.empty_like(logits)
-    if bool(greedy.any()):
-        # 4. greedy: argmax of the biased, penalised logits.
-        argmax = logits[greedy].argmax(dim=-1)
-        probs[greedy] = torch.nn.functional.one_hot(argmax, vocab_size).to(torch.float32)
-    random = ~greedy
-    if not bool(random.any()):
-        return probs
-    r_specs = [s for s in specs if not s.is_greedy]
-    r_logits = logits[random]
+    # 4. greedy rows stop here: their token is the argmax of these logits.
+    random = [r for r, s in enumerate(specs) if not s.is_greedy]
+    if one_hot_greedy and len(random) < num_rows:
+        greedy = [r for r, s in enumerate(specs) if s.is_greedy]
+        argmax = first_argmax(_select(logits, greedy))
+        one_hot = torch.nn.functional.one_hot(argmax, vocab_size).to(torch.float32)
+        _put(logits, greedy, one_hot)
+    if not random:
+        return logits
+    r_specs = [specs[r] for r in random]
+    r_logits = _select(logits, random)
 
     # 5. temperature.
     r_logits = r_logits / _row_tensor(r_specs, "temperature", device).unsqueeze(1)
 
-    # 6. min_p on the temperature-scaled distribution.
-    min_p = _row_tensor(r_specs, "min_p", device)
-    if bool((min_p > 0).any()):
-        p = torch.softmax(r_logits, dim=-1)
-        threshold = p.amax(dim=-1, keepdim=True) * min_p.unsqueeze(1)
-        r_logits = r_logits.masked_fill(p < threshold, float("-inf"))
+    # 6. min_p on the temperature-scaled distribution (rows with min_p > 0).
+    with_min_p = [i for i, s in enumerate(r_specs) if s.min_p > 0]
+    if with_min_p:
+        sub = _select(r_logits, with_min_p)
+        p = torch.softmax(sub, dim=-1)
+        threshold = p.amax(dim=-1, keepdim=True) * _row_tensor(
+            [r_specs[i] for i in with_min_p], "min_p", device).unsqueeze(1)
+        _put(r_logits, with_min_p, sub.masked_fill(p < threshold, float("-inf")))
 
-    # 7. top-k, then top-p on what top-k left.
-    top_k = torch.tensor(
-        [s.top_k if 0 < s.top_k < vocab_size else vocab_size for s in r_specs],
-        dtype=torch.long,
-        device=device,
-    )
-    top_p = _row_tensor(r_specs, "top_p", device)
-    r_logits = _apply_top_k_top_p(
-        r_logits,
-        top_k if bool((top_k < vocab_size).any()) else None,
-        top_p if bool((top_p < 1.0).any()) else None,
-    )
+    # 7. top-k, then top-p on what top-k left (rows with either set).
+    cut = [i for i, s in enumerate(r_specs) if s.top_p < 1.0 or 0 < s.top_k < vocab_size]
+    if cut:
+        c_specs = [r_specs[i] for i in cut]
+        top_k = torch.tensor(
+            [s.top_k if 0 < s.top_k < vocab_size else vocab_size for s in c_specs],
+            dtype=torch.long,
+            device=device,
+        )
+        top_p = _row_tensor(c_specs, "top_p", device)
+        _put(r_logits, cut, _apply_top_k_top_p(
+            _select(r_logits, cut),
+            top_k if bool((top_k < vocab_size).any()) else None,
+            top_p if bool((top_p < 1.0).any()) else None,
+        ))
 
     # 8. softmax.
-    probs[random] = torch.softmax(r_logits, dim=-1, dtype=torch.float32)
-    return probs
+    probs = torch.softmax(r_logits, dim=-1, dtype=torch.float32)
+    if len(random) == num_rows:
+        return probs
+    _put(logits, random, probs)
+    return logits
+
+
+def _select(x: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """x[rows] (a copy); x itself when rows is every row in order."""
+    if len(rows) == x.shape[0]:
+        return x
+    return x[torch.tensor(rows, dtype=torch.long, device=x.device)]
+
+
+def _put(x: torch.Tensor, rows: list[int], values: torch.Tensor) -> None:
+    """x[rows] = values, in place (nothing to copy when values is x)."""
+    if values is x:
+        return
+    if len(rows) == x.shape[0]:
+        x.copy_(values)
+    else:
+        x[torch.tensor(rows, dtype=torch.long, device=x.device)] = values
 
 
 def _row_tensor(specs: Sequence[SamplingSpec], name: str, device) -> torch.Tensor:
