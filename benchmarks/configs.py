@@ -87,6 +87,10 @@ TABLE: list[Entry] = [
     Entry("plugin-adaptive", "plugin", (8,), specdec={"adaptive": True}),
     Entry("plugin-hybrid-adaptive", "plugin", (8, 24, 32),
           specdec={"method": "hybrid", "adaptive": True}),
+    # One corpus and one set of acceptance statistics for every request (single
+    # tenant): against the default per-salt scope it prices tenant isolation.
+    Entry("plugin-hybrid-adaptive-global", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "ngram_corpus_scope": "global"}),
 ]
 
 QUICK_CONFIGS = ("nospec", "draft_model-k4", "ngram-k4", "plugin-k2", "plugin-k4")

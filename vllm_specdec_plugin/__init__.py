@@ -31,9 +31,10 @@ def register() -> None:
     vLLM calls this once per process (API server, EngineCore, workers) before the
     model runner is built. It is idempotent and cheap: it checks the vLLM version and
     installs pass-through wrappers that act only when our proposer is configured:
-    request validation and config creation (on configs selecting it), and the
+    request validation and config creation (on configs selecting it), the
     EngineCore half of ``compat.draft_ids_return`` (on model outputs that our
-    proposer's worker marked). Every other patch of vLLM internals is installed later,
+    proposer's worker marked) and ``compat.request_scope`` (on schedulers whose config
+    selects our proposer). Every other patch of vLLM internals is installed later,
     and only when our proposer is actually configured (see ``compat``), so an
     installed but unselected plugin changes nothing.
     """
@@ -58,6 +59,11 @@ def register() -> None:
     from vllm_specdec_plugin.compat import draft_ids_return
 
     draft_ids_return.install_engine()
+    # EngineCore: each new request's cache_salt and the step's aborted ids reach the
+    # worker, so cross-request drafting stays within a tenant (``tenancy``).
+    from vllm_specdec_plugin.compat import request_scope
+
+    request_scope.install_engine()
     _registered = True
     _trace_registration()
 

@@ -60,6 +60,9 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass
+from typing import Hashable
+
+from vllm_specdec_plugin.tenancy import UNSALTED, ScopedStore
 
 ALPHA_MAX = 0.999  # α̂ never claims certainty: a rejection always pulls it down
 MIN_GAIN = 0.02  # hysteresis: speculate only if the predicted S > 1 + MIN_GAIN
@@ -268,11 +271,12 @@ class _DraftCost:
 
 
 class _Req:
-    __slots__ = ("succ", "trials")
+    __slots__ = ("succ", "trials", "scope")
 
-    def __init__(self) -> None:
+    def __init__(self, scope: Hashable | None = UNSALTED) -> None:
         self.succ = 0.0  # decayed Σ successes
         self.trials = 0.0  # decayed Σ trials
+        self.scope = scope  # whose pooled α is its prior (tenancy.scope_key)
 
 
 class AdaptiveK:
@@ -286,9 +290,10 @@ class AdaptiveK:
     def __init__(self, config: AdaptiveConfig) -> None:
         self.cfg = config
         self._reqs: dict[str, _Req] = {}
-        self._g_succ = 0.0
-        self._g_trials = 0.0
-        self._g_new_step = True  # decay the global sums at the first round of a step
+        # pooled [Σ successes, Σ trials] per scope (tenancy): one tenant's acceptance
+        # never sets another's prior; each pool decays at its first round of a step
+        self._pools: ScopedStore[list[float]] = ScopedStore(lambda: [0.0, 0.0])
+        self._decayed: set[Hashable] = set()
         # T(n) fit: exponentially weighted Welford (centred, so no cancellation)
         self._w = 0.0
         self._mn = self._mt = self._cnn = self._cnt = 0.0
@@ -311,6 +316,11 @@ class AdaptiveK:
         self._unconfirmed: tuple[int, int] | None = None
 
     # -- acceptance -------------------------------------------------------------
+    def join(self, req_id: str, scope: Hashable | None) -> None:
+        """A new request, pooled with the others of ``scope`` (None: with none)."""
+        if req_id not in self._reqs:
+            self._reqs[req_id] = _Req(scope)
+
     def observe_round(self, req_id: str, drafted: int, accepted: int) -> None:
         """Record one verification: ``drafted`` draft tokens, ``accepted`` of them."""
         succ, trials = round_evidence(drafted, accepted)
@@ -326,25 +336,32 @@ class AdaptiveK:
             r = self._reqs[req_id] = _Req()
         r.succ = d * r.succ + succ
         r.trials = d * r.trials + trials
-        if self._g_new_step:
-            self._g_succ *= d
-            self._g_trials *= d
-            self._g_new_step = False
-        self._g_succ += succ
-        self._g_trials += trials
+        pool = self._pools.get(r.scope)
+        if r.scope not in self._decayed:
+            pool[0] *= d
+            pool[1] *= d
+            self._decayed.add(r.scope)
+        pool[0] += succ
+        pool[1] += trials
 
-    def global_alpha(self) -> float:
-        """Acceptance estimate over all requests (the per-request prior)."""
+    def global_alpha(self, scope: Hashable | None = UNSALTED) -> float:
+        """Acceptance estimate over the requests of ``scope`` (their prior); the
+        configured prior for a scope without rounds (or None)."""
         c = self.cfg
-        return shrunk_alpha(self._g_succ, self._g_trials, c.prior_alpha, c.prior_weight)
+        pool = self._pools.peek(scope) or (0.0, 0.0)
+        return shrunk_alpha(pool[0], pool[1], c.prior_alpha, c.prior_weight)
 
     def alpha(self, req_id: str) -> float:
-        """α̂ of a request; the global estimate for one never observed."""
+        """α̂ of a request; its scope's pooled estimate for one never observed."""
         r = self._reqs.get(req_id)
-        g = self.global_alpha()
         if r is None:
-            return g
+            return self.global_alpha()
+        g = self.global_alpha(r.scope)
         return shrunk_alpha(r.succ, r.trials, g, self.cfg.prior_weight)
+
+    def scope_of(self, req_id: str) -> Hashable | None:
+        r = self._reqs.get(req_id)
+        return None if r is None else r.scope
 
     def forget(self, req_id: str) -> None:
         """Drop a finished request's state (no-op if unknown)."""
@@ -422,9 +439,9 @@ class AdaptiveK:
 
     # -- decision ---------------------------------------------------------------
     def begin_step(self) -> None:
-        """A new engine step: the global acceptance sums decay once at its first round.
+        """A new engine step: each scope's pooled sums decay once, at its first round.
         choose() calls it; call it directly when only the estimates are used."""
-        self._g_new_step = True
+        self._decayed.clear()
 
     def choose(self, req_ids: list[str], batch_size: int) -> dict[str, tuple[int, str]]:
         """k per request for this step: req_id -> (k, reason); reason "" if k > 0,
@@ -439,12 +456,14 @@ class AdaptiveK:
         out: dict[str, tuple[int, str]] = {}
         held: list[str] = []
         reqs, w = self._reqs, c.prior_weight
-        wg = w * self.global_alpha()  # once per step, not per request
+        wg: dict[Hashable | None, float] = {}  # once per scope and step, not per request
         for rid in req_ids:
             r = reqs.get(rid)
             if r is None:
                 r = reqs[rid] = _Req()
-            a = min(max((wg + r.succ) / (w + r.trials), 0.0), ALPHA_MAX)  # == self.alpha(rid)
+            if r.scope not in wg:
+                wg[r.scope] = w * self.global_alpha(r.scope)
+            a = min(max((wg[r.scope] + r.succ) / (w + r.trials), 0.0), ALPHA_MAX)  # == self.alpha(rid)
             k = best_k(a, cost, c.k_max, c.min_gain, fixed)
             out[rid] = (k, "") if k > 0 else (0, "adaptive")
             if k == 0:
@@ -508,6 +527,12 @@ class AdaptiveK:
         self._probing = set(held)
         self._probe_step = self._step
 
+    def _pooled_alpha(self) -> float:
+        """α over every scope's rounds (for metrics and logs only)."""
+        succ = sum(p[0] for p in self._pools.values())
+        trials = sum(p[1] for p in self._pools.values())
+        return shrunk_alpha(succ, trials, self.cfg.prior_alpha, self.cfg.prior_weight)
+
     def snapshot(self) -> dict:
         """For metrics/logs: a (s), b (s/token), spec_s (s), draft_a (s per draft
         forward), draft_b (s per draft token), c_prime (at batch 1), global_alpha,
@@ -521,6 +546,6 @@ class AdaptiveK:
             "draft_b": None if fit is None else fit[1],
             "c_prime": self.c_prime(1),
             "probe_interval": self._probe_interval,
-            "global_alpha": self.global_alpha(),
+            "global_alpha": self._pooled_alpha(),
             "tracked_requests": len(self._reqs),
         }

@@ -17,6 +17,8 @@ from vllm_specdec_plugin.errors import SpecDecConfigError
 
 # The draft dtypes the plugin takes, with their bytes per element: the one dtype map.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# ngram_corpus_scope values (what each shares: tenancy.py)
+SCOPES = ("salt", "off", "global")
 MAX_K = 32  # above this the verify step is mostly wasted work; likely a typo
 CONFIG_KEY = "specdec"
 # Options that existed once, with what replaced them (named in the start-up error).
@@ -65,6 +67,12 @@ class SpecDecConfig:
     """Shortest context (tokens) matched against finished requests (capped at
     ngram_max_n); a match in the request's own history of the same length or longer
     is preferred."""
+
+    ngram_corpus_scope: str = "salt"
+    """Who drafts from whose finished requests, and shares learned acceptance:
+    "salt" (requests with the same ``cache_salt``; unsalted ones with each other, as
+    vLLM's prefix cache), "off" (no corpus), or "global" (every request: a
+    single-tenant deployment that wants the most replays). See ``tenancy``."""
 
     adaptive_prior_alpha: float = 0.6
     """Adaptive: acceptance rate assumed for a request before it has been measured
@@ -158,6 +166,11 @@ class SpecDecConfig:
             raise SpecDecConfigError(
                 f"ngram_corpus_min_n must be an integer >= 1, got {self.ngram_corpus_min_n!r}. "
                 "Fix: e.g. 3.")
+        if self.ngram_corpus_scope not in SCOPES:
+            raise SpecDecConfigError(
+                f"ngram_corpus_scope {self.ngram_corpus_scope!r} is not one of "
+                f"{', '.join(SCOPES)}. Fix: use salt (tenants apart, the default), off, or "
+                "global (one tenant only).")
         if not 0.0 <= self.adaptive_prior_alpha < 1.0:
             raise SpecDecConfigError(
                 f"adaptive_prior_alpha must be in [0, 1), got {self.adaptive_prior_alpha}. Fix: e.g. 0.6.")

@@ -257,12 +257,12 @@ class CorpusIndex:
             return iter(())
         return zip(*(toks[i:end + i] for i in range(n)))  # C-speed tuple building
 
-    def add(self, tokens: Sequence[int] | np.ndarray | Iterable[int]) -> None:
+    def add(self, tokens: Sequence[int] | np.ndarray | Iterable[int]) -> int:
         """Store one finished request's history (1-D token ids; only the last
-        ``max_tokens`` of a longer one are kept)."""
+        ``max_tokens`` of a longer one are kept). Returns the tokens stored (0: none)."""
         toks = _as_int_list(tokens)[-self.max_tokens:]
         if len(toks) <= self.min_n:
-            return  # no n-gram with a follower
+            return 0  # no n-gram with a follower
         sid, self._next_id = self._next_id, self._next_id + 1
         self._seqs[sid] = toks
         self._total += len(toks)
@@ -270,9 +270,11 @@ class CorpusIndex:
             # overwrite: the newest sequence wins (and its latest occurrence in it)
             self._maps[j].update(zip(self._ngrams(toks, n), zip(repeat(sid), count())))
         while self._total > self.max_tokens:
-            self._evict()
+            self.evict_oldest()
+        return len(toks)
 
-    def _evict(self) -> None:
+    def evict_oldest(self) -> None:
+        """Drop the oldest stored sequence and its index entries."""
         sid = next(iter(self._seqs))
         toks = self._seqs.pop(sid)
         self._total -= len(toks)

@@ -27,6 +27,7 @@ from vllm_specdec_plugin.kv import BlockAllocator
 from vllm_specdec_plugin.match_pricing import ANY_MATCH, MatchKey, match_key
 from vllm_specdec_plugin.ngram import CorpusIndex, NGramConfig, NGramIndex
 from vllm_specdec_plugin.request_state import RequestState, truncate
+from vllm_specdec_plugin.tenancy import ScopedCorpus
 
 
 @dataclass(slots=True)
@@ -73,10 +74,13 @@ class Planner:
         self.no_draft = no_draft  # counts a request-round without drafts, by reason
         self.uses_model = config.method in ("draft", "hybrid")
         self.uses_ngram = config.method in ("ngram", "hybrid")
-        # finished requests' histories, matched across requests (the caller adds them)
-        self.corpus = CorpusIndex(config.ngram_corpus_tokens, config.ngram_max_n,
-                                  min(config.ngram_corpus_min_n, config.ngram_max_n)) \
-            if self.uses_ngram and config.ngram_corpus_tokens else None
+        # finished requests' histories, matched within a request's scope (``tenancy``;
+        # the caller adds them)
+        self.corpus: ScopedCorpus | None = None
+        if self.uses_ngram and config.ngram_corpus_tokens and config.ngram_corpus_scope != "off":
+            size, n = config.ngram_corpus_tokens, config.ngram_max_n
+            min_n = min(config.ngram_corpus_min_n, n)
+            self.corpus = ScopedCorpus(size, lambda: CorpusIndex(size, n, min_n))
 
     def plan(self, row: int, req_id: str, req: RequestState, length: int,
              committed_row: np.ndarray, choices: Choices,
@@ -243,8 +247,9 @@ class Planner:
         if len(req.ngram) < length:
             req.ngram.extend(committed_row[len(req.ngram):length])
         own_n = req.ngram.longest_match()
-        if self.corpus is not None:
-            drafts, n = self.corpus.propose(req.ngram.tokens, k)
+        corpus = self.corpus.get(req.scope) if self.corpus is not None else None
+        if corpus is not None:
+            drafts, n = corpus.propose(req.ngram.tokens, k)
             if drafts and n > own_n:
                 if len(drafts) < k:
                     # The corpus match may sit near the end of its sequence (periodic

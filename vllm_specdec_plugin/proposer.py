@@ -38,7 +38,7 @@ from vllm_specdec_plugin import draft_probs
 from vllm_specdec_plugin.adaptive import (AdaptiveConfig, AdaptiveK, batch_pays,
                                           best_net_gain, step_may_pay)
 from vllm_specdec_plugin.compat import (draft_ids_return, draft_model, rejection_adapter,
-                                        runner_hooks)
+                                        request_scope, runner_hooks)
 from vllm_specdec_plugin.compat.draft_grammar import DraftGrammars, is_structured
 from vllm_specdec_plugin.config import SpecDecConfig, from_vllm_config, resolve_dtype
 from vllm_specdec_plugin.draft.checks import (check_draft_budget, check_draft_compatible,
@@ -54,6 +54,7 @@ from vllm_specdec_plugin.sampling.pipeline import SamplingSpec
 from vllm_specdec_plugin.shadow import SHADOW_K, Shadow, take_turns
 from vllm_specdec_plugin.startup_checks import check_features
 from vllm_specdec_plugin.stats import ProposerStats, RequestAcceptance
+from vllm_specdec_plugin.tenancy import ScopedStore, scope_key
 from vllm_specdec_plugin.vocab_memory import describe as describe_buffers
 from vllm_specdec_plugin.vocab_memory import vocab_buffers
 
@@ -96,8 +97,12 @@ class DraftModelProposer:
                     k_max=self.k, prior_alpha=self.config.adaptive_prior_alpha,
                     c_prime_default=0.05 if source == "draft" else 0.0,
                     **({} if source == "draft" else {"probe_every": 0})))
-        # n-gram proposals are priced by the acceptance of matches as long as theirs
-        self.match_alpha = MatchAlpha() if "ngram" in self.controllers else None
+        # n-gram proposals are priced by the acceptance of matches as long as theirs,
+        # learned per tenant scope like everything else learned from text (``tenancy``)
+        self.match_alpha = ScopedStore(MatchAlpha) if "ngram" in self.controllers else None
+        self._scopes: dict[str, Any] = {}  # req_id -> tenancy scope key, until it finishes
+        self._aborted: set[str] = set()  # aborted ids not yet seen finishing
+        self._scopes_reported = True  # the engine process attaches salts and aborts
         self.dtype_name = resolve_dtype(self.config.draft_dtype, mc.dtype)
         self.dtype = getattr(torch, self.dtype_name)
         self.kernels: draft_model.DraftKernels | None = None
@@ -192,13 +197,18 @@ class DraftModelProposer:
         """Free draft blocks of finished, aborted and preempted requests."""
         # The step's target work runs between now and the propose() call that ends it.
         self._step_t0 = time.perf_counter()
+        self._read_scopes(scheduler_output)
         corpus = self.planner.corpus
         for rid in runner_hooks.finished_req_ids(scheduler_output):
             req = self.requests.pop(rid, None)
-            if corpus is not None and self.runner is not None:
+            scope = self._scopes.pop(rid, None)
+            aborted = rid in self._aborted
+            self._aborted.discard(rid)
+            if corpus is not None and self.runner is not None and not aborted \
+                    and self._scopes_reported:
                 tokens = runner_hooks.committed_tokens(self.runner, rid)
                 if tokens is not None:
-                    corpus.add(tokens)
+                    corpus.add(scope, tokens)
             if req is not None:
                 self._release(req)
                 self.metrics.request_finished(req.acceptance.drafted, req.acceptance.accepted)
@@ -212,6 +222,24 @@ class DraftModelProposer:
                 req.reset_for_prefill()
         if self.allocator is not None:  # idle servers step once more to free: keep the gauge true
             self.metrics.kv_blocks(self.allocator.num_used, self.allocator.num_blocks)
+
+    def _read_scopes(self, scheduler_output: Any) -> None:
+        """Note each new request's tenancy scope and the step's aborted ids
+        (``compat.request_scope``). Without them nothing is shared from then on."""
+        info = request_scope.read(scheduler_output)
+        if info is None:
+            if self._scopes_reported:
+                logger.warning("specdec: the engine process reports no cache_salt or aborts "
+                               "(is the plugin registered there?); requests share no "
+                               "n-gram corpus or statistics")
+            self._scopes_reported = False
+            return
+        salts, aborted = info
+        self._aborted |= aborted
+        if self._scopes_reported:
+            mode = self.config.ngram_corpus_scope
+            for rid, salt in salts.items():
+                self._scopes[rid] = scope_key(mode, salt)
 
     def _release(self, req: RequestState) -> None:
         if self.allocator is not None:
@@ -383,9 +411,10 @@ class DraftModelProposer:
             if p.k > 0:
                 self._sampling_inputs(p, token_ids_cpu[p.row])
         sampler = DraftSampler([p.spec for p in plans], [p.prompt for p in plans],
-                               [p.output for p in plans], [p.req.generator for p in plans],
+                               [p.output for p in plans], [self._seed_for(p.req_id) for p in plans],
                                max(p.k for p in plans), self.vocab_size, self.device,
-                               masks=self.grammars.round_masks([p.grammar for p in plans]))
+                               masks=self.grammars.round_masks([p.grammar for p in plans]),
+                               lengths=[p.length for p in plans])
         drafts, passes = run_round(self.kernels, plans, sampler, self.device)
         drafts = drafts.tolist()  # the round's one device -> host copy
         limits = sampler.masks.finish() if sampler.masks else [None] * len(plans)
@@ -464,14 +493,15 @@ class DraftModelProposer:
         """Book the verification of a request's last drafts and roll the draft KV back."""
         req = self.requests.get(req_id)
         if req is None:
-            req = self.requests[req_id] = RequestState()
-            req.generator = self._generator_for(req_id)
+            req = self.requests[req_id] = RequestState(scope=self._scopes.get(req_id))
+            for c in self.controllers.values():
+                c.join(req_id, req.scope)
         if req.drafted:
             accepted = max(0, min(num_accepted, len(req.drafted)))
             if req.source in self.controllers:
                 self.controllers[req.source].observe_round(req_id, len(req.drafted), accepted)
             if req.match is not None and self.match_alpha is not None:  # an n-gram round
-                self.match_alpha.observe(req.match, len(req.drafted), accepted)
+                self.match_alpha.get(req.scope).observe(req.match, len(req.drafted), accepted)
             roll_back(req, accepted, committed_row, self.allocator, self.stats)
 
     def _shadow_outcome(self, req_id: str, committed_row: np.ndarray, length: int) -> None:
@@ -483,7 +513,7 @@ class DraftModelProposer:
             return
         drafted, accepted = outcome
         self.controllers["ngram"].observe_round(req_id, drafted, accepted)
-        self.match_alpha.observe(req.shadow.match, drafted, accepted)
+        self.match_alpha.get(req.scope).observe(req.shadow.match, drafted, accepted)
         self.stats.shadow_drafted += drafted
         self.stats.shadow_accepted += accepted
         self.metrics.shadow(drafted, accepted)
@@ -523,7 +553,8 @@ class DraftModelProposer:
         c = self.controllers["ngram"]  # exists exactly when match_alpha does
         if match is None:
             return c.alpha(req_id)
-        return self.match_alpha.alpha(match, c.alpha(req_id), c.global_alpha())
+        scope = c.scope_of(req_id)
+        return self.match_alpha.get(scope).alpha(match, c.alpha(req_id), c.global_alpha(scope))
 
     def _no_draft(self, reason: str) -> None:
         """Count a request-round decoded without drafts (k = 0 this round); the metrics
@@ -531,10 +562,8 @@ class DraftModelProposer:
         self.stats.no_draft[reason] += 1
         self._step_no_draft[reason] += 1
 
-    def _generator_for(self, req_id: str) -> torch.Generator | None:
+    def _seed_for(self, req_id: str) -> int | None:
+        """The request's seed: its sampled drafts race q against the same per-position
+        noise as its verification (``rejection.position_noise``)."""
         seed = getattr(runner_hooks.sampling_params(self.runner, req_id), "seed", None)
-        if seed is None:
-            return None
-        g = torch.Generator(device="cpu")
-        g.manual_seed((int(seed) * 0x9E3779B1 + 1) & 0xFFFFFFFFFFFF)  # distinct from target's stream
-        return g
+        return None if seed is None else int(seed)

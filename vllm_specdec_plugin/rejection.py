@@ -29,20 +29,31 @@ Greedy rows (is_greedy) skip randomness: a draft is accepted while it equals
 argmax(p_j); the recovered token is argmax(p_j) at the first mismatch and the bonus
 token is argmax(p_k).
 
-Random-number consumption, per sampled (non-greedy) row b with n = num_draft[b]
-drafts: one call `torch.rand(n + 1, dtype=torch.float64, generator=g)` on that
-row's generator g, giving u_0..u_n in [0, 1). u_j (j < n) is the acceptance test of
-draft j (accepted iff u_j <= p_j(x) / q_j(x)); u_n picks the recovered or bonus
-token by inverting the float64 cumulative sum of its (unnormalised) distribution.
-Only u_0..u_{j} are used when draft j is rejected, but all n + 1 are drawn.
+Seeded sampled rows (a seed, not greedy) are verified like greedy rows, against
+y_j = first_argmax(p_j / E_{t0+j}) instead of argmax(p_j): E_t [V] are i.i.d. Exp(1)
+noise keyed by (seed, absolute position t) alone (`position_noise`), t0 the
+position of the row's first output token (its committed length). The exponential
+race makes y_j a sample from p_j, and the token emitted at position t is y_t
+whatever was drafted, so the output is a function of (seed, p) only: the same under
+any draft schedule, k, draft model or batch neighbours, up to the float rounding of
+p itself (which may depend on the batch's shape) (Daliri, Musco & Suresh,
+"drafter-invariant speculative decoding", https://arxiv.org/abs/2408.07978). q is
+not read for these rows. The draft side drafts argmax(q_t / E_t) with the same E_t;
+a draft is then accepted with probability P(argmax(p/E) == argmax(q/E)) >=
+(1 - TV) / (1 + TV), a little below the 1 - TV of the rejection rule above.
 
-Greedy rows draw nothing. The count depends only on the row's own n, never on the
-batch's K or on other rows, so a seeded row's output does not depend on its batch
-neighbours, and `rejection_sample` matches `rejection_sample_reference` bit for bit
-on seeded rows. Rows without a generator share torch's default generator: the fast
-version draws them in one batched call, so they agree with the reference in
-distribution only. (vLLM draws n float64 uniforms and a V-wide exponential race
-instead; the distributions are the same, the random streams are not.)
+Random-number consumption. Greedy rows draw nothing. A seeded sampled row touches
+no shared generator state: it seeds one fresh generator per position it verifies
+(n + 1 of them) from (seed, t) and reads V exponentials from each.
+Unseeded sampled rows share torch's default generator: one call
+`torch.rand(B, K + 1, dtype=torch.float64)` per batch that has any; row b uses
+u_0..u_n: u_j (j < n) is the acceptance test of draft j (accepted iff
+u_j <= p_j(x) / q_j(x)) and u_n picks the recovered or bonus token by inverting the
+float64 cumulative sum of its (unnormalised) distribution. The reference draws the
+same way, so from the same default-generator state `rejection_sample` matches
+`rejection_sample_reference` bit for bit on every row. (vLLM draws from each seeded
+request's own generator instead; for seeded requests the plugin's tokens are not
+vLLM's, only distributed alike.)
 """
 
 from __future__ import annotations
@@ -53,14 +64,74 @@ import torch
 
 PLACEHOLDER_TOKEN_ID = -1
 
+_M64 = (1 << 64) - 1
+_M32 = (1 << 32) - 1
+# Smallest normal float32: p / E stays finite (p <= 1), and a p = 0 token scores 0,
+# below any positive p, even when its E would have been 0.
+_TINY = torch.finfo(torch.float32).tiny
 
-def draw_row_uniforms(
-    generator: torch.Generator | None,
-    num_draft: int,
-    device: torch.device | str = "cpu",
-) -> torch.Tensor:
-    """One sampled row's random numbers: [num_draft + 1] float64 in [0, 1)."""
-    return torch.rand(num_draft + 1, dtype=torch.float64, device=device, generator=generator)
+
+def _splitmix64(x: int) -> int:
+    """splitmix64's step and finaliser (Steele et al.): a bijection on 64 bits."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def _fmix32(x: int) -> int:
+    """murmur3's 32-bit finaliser: a bijection on 32 bits."""
+    x ^= x >> 16
+    x = (x * 0x85EBCA6B) & _M32
+    x ^= x >> 13
+    x = (x * 0xC2B2AE35) & _M32
+    return x ^ (x >> 16)
+
+
+def noise_seed(seed: int, position: int) -> int:
+    """The 64-bit generator seed of position ``position`` (>= 0) of a request seeded
+    with ``seed`` (any int; taken mod 2^64).
+
+    CPU generators (mt19937) keep only the low 32 bits of their seed, so those bits
+    are a bijection of the position for a fixed seed: two positions of one request
+    never share noise (for t < 2^32). The high 32 bits come from the seed alone and
+    separate requests further on generators that use all 64 (CUDA's Philox).
+    """
+    s = _splitmix64(int(seed) & _M64)
+    return (s & (_M64 ^ _M32)) | _fmix32((s + int(position)) & _M32)
+
+
+def position_noise(seed: int, position: int, vocab: int,
+                   device: torch.device | str = "cpu") -> torch.Tensor:
+    """E_t: [V] float32 i.i.d. Exp(1), clamped to >= the smallest normal float32, a
+    function of (seed, position, V, device type) alone.
+
+    Drawn from a fresh generator on ``device`` (so the draft and the target must sample
+    on the same device type for their drafts to agree; exactness never depends on it).
+    """
+    g = torch.Generator(device=device)
+    g.manual_seed(noise_seed(seed, position))
+    e = torch.empty(vocab, dtype=torch.float32, device=device).exponential_(generator=g)
+    return e.clamp_min_(_TINY)
+
+
+def position_noise_rows(seed: int, start: int, count: int, vocab: int,
+                        device: torch.device | str = "cpu") -> torch.Tensor:
+    """E_start .. E_{start+count-1} of one request: [count, V] float32."""
+    out = torch.empty(count, vocab, dtype=torch.float32, device=device)
+    for i in range(count):
+        out[i] = position_noise(seed, start + i, vocab, device)
+    return out
+
+
+def coupled_token(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """first_argmax(probs / noise) over the last dim: probs [..., V] >= 0 with a
+    positive sum, noise [..., V] from ``position_noise``. Returns [...] int64.
+
+    Token i wins with probability probs[i] / sum(probs) (the exponential race,
+    equivalent to Gumbel-max); a probs = 0 token never wins.
+    """
+    return first_argmax(probs.to(torch.float32) / noise)
 
 
 def sample_from_weights(
@@ -88,36 +159,45 @@ def rejection_sample(
     draft_probs: torch.Tensor | None,  # [sum(n_b), V] float, or None (point mass)
     target_probs: torch.Tensor,  # [sum(n_b + 1), V] float
     is_greedy: torch.Tensor,  # [B] bool
-    generators: Sequence[torch.Generator | None] | None = None,  # [B]
+    seeds: Sequence[int | None] | None = None,  # [B]: request seed, None unseeded
+    positions: Sequence[int] | None = None,  # [B]: t0, absolute position of output 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Batched rejection sampling; see the module docstring for the rule, layout and
-    RNG order.
+    RNG use.
 
     draft_probs None, or an all-zero q row, means q_j is the one-hot of the draft
     token. A draft token outside [0, V) is always rejected, and the token replacing
     it is sampled from p (nothing was accepted to correct for). For greedy rows only
-    argmax(p_j) is read, so their p rows may be any logits with that argmax.
+    argmax(p_j) is read, so their p rows may be any logits with that argmax. Seeded
+    sampled rows (``seeds[b]`` set, not greedy) are verified against
+    first_argmax(p_j / E_{t0+j}), t0 = ``positions[b]`` (required for them).
     Returns (output_token_ids [B, K + 1] int64: accepted drafts, then one recovered
     or bonus token, then placeholders; num_accepted [B] int64).
     """
     batch, max_k, vocab, device = _check_shapes(
         draft_token_ids, num_draft_tokens, draft_probs, target_probs, is_greedy
     )
+    coupled = _coupled_rows(seeds, positions, is_greedy)  # [B] bool list
     p = target_probs.to(torch.float32)  # [T, V]
     num_draft = num_draft_tokens.to(device=device, dtype=torch.long)  # [B]
     greedy = is_greedy.to(device=device, dtype=torch.bool)  # [B]
     drafts = draft_token_ids.to(device=device, dtype=torch.long)  # [B, K]
     rows = torch.arange(batch, device=device)
-    positions = torch.arange(max_k, device=device)
-    in_draft = positions.unsqueeze(0) < num_draft.unsqueeze(1)  # [B, K]
+    cols = torch.arange(max_k, device=device)
+    in_draft = cols.unsqueeze(0) < num_draft.unsqueeze(1)  # [B, K]
     in_vocab = (drafts >= 0) & (drafts < vocab)  # [B, K]
     safe_drafts = torch.where(in_vocab, drafts, 0)  # [B, K]
     p_row, q_row = _row_maps(num_draft, max_k)  # [B, K+1], [B, K] row indices
 
-    uniforms = _draw_batch(generators, greedy, num_draft, max_k, device)  # [B, K+1]
+    # Seeded sampled rows verify exactly like greedy ones, against y_j (module doc).
+    fixed = greedy | torch.tensor(coupled, dtype=torch.bool, device=device)  # [B]
+    if bool(fixed.all()):
+        uniforms = torch.zeros(batch, max_k + 1, dtype=torch.float64, device=device)
+    else:  # one batched draw for the unseeded sampled rows (others ignore theirs)
+        uniforms = torch.rand(batch, max_k + 1, dtype=torch.float64, device=device)
 
-    # Greedy acceptance: draft == argmax(p_j), argmaxes over greedy requests' rows only.
-    target_argmax = _greedy_argmax(p, greedy, num_draft)[p_row]  # [B, K+1]
+    # Fixed acceptance: draft == argmax(p_j) (greedy) or y_j (seeded), over those rows only.
+    target_argmax = _fixed_tokens(p, greedy, num_draft, coupled, seeds, positions)[p_row]
     greedy_accept = drafts == target_argmax[:, :max_k]  # [B, K]
 
     # Sampled acceptance: u_j <= p_j(x) / q_j(x), i.e. probability min(1, p/q).
@@ -140,7 +220,7 @@ def rejection_sample(
         p_draft.double() / q_draft.double() >= uniforms[:, :max_k]
     )
 
-    accept = torch.where(greedy.unsqueeze(1), greedy_accept, sampled_accept)
+    accept = torch.where(fixed.unsqueeze(1), greedy_accept, sampled_accept)
     accept &= in_draft & in_vocab
     # Stop at the first rejection.
     num_accepted = accept.long().cumprod(dim=1).sum(dim=1)  # [B]
@@ -171,12 +251,12 @@ def rejection_sample(
     dist = torch.where((dist > 0).any(dim=-1, keepdim=True), dist, p_final)
     final_uniform = uniforms.gather(1, num_draft.unsqueeze(1)).squeeze(1)  # u_n
     sampled_token = sample_from_weights(dist, final_uniform)  # [B]
-    final_token = torch.where(greedy, target_argmax[rows, final_pos], sampled_token)
+    final_token = torch.where(fixed, target_argmax[rows, final_pos], sampled_token)
 
     output = torch.full(
         (batch, max_k + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.long, device=device
     )
-    keep = positions.unsqueeze(0) < num_accepted.unsqueeze(1)  # [B, K]
+    keep = cols.unsqueeze(0) < num_accepted.unsqueeze(1)  # [B, K]
     output[:, :max_k] = torch.where(keep, drafts, PLACEHOLDER_TOKEN_ID)
     output.scatter_(1, final_pos.unsqueeze(1), final_token.unsqueeze(1))
     return output, num_accepted
@@ -217,13 +297,18 @@ def rejection_sample_reference(
     draft_probs: torch.Tensor | None,  # [sum(n_b), V] float, or None (point mass)
     target_probs: torch.Tensor,  # [sum(n_b + 1), V] float
     is_greedy: torch.Tensor,  # [B] bool
-    generators: Sequence[torch.Generator | None] | None = None,  # [B]
+    seeds: Sequence[int | None] | None = None,  # [B]
+    positions: Sequence[int] | None = None,  # [B]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Slow, obviously-correct per-row loop; same contract as `rejection_sample`."""
     batch, max_k, vocab, device = _check_shapes(
         draft_token_ids, num_draft_tokens, draft_probs, target_probs, is_greedy
     )
-    gens = list(generators) if generators is not None else [None] * batch
+    coupled = _coupled_rows(seeds, positions, is_greedy)
+    # Unseeded sampled rows: the same one batched draw as the fast version.
+    shared = None
+    if not all(g or c for g, c in zip(is_greedy.tolist(), coupled)):
+        shared = torch.rand(batch, max_k + 1, dtype=torch.float64, device=device)
     output = torch.full(
         (batch, max_k + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.long, device=device
     )
@@ -237,20 +322,25 @@ def rejection_sample_reference(
         p_start, q_start = p_start + n + 1, q_start + n
         tokens: list[int] = []
 
-        if bool(is_greedy[b]):
+        if bool(is_greedy[b]) or coupled[b]:
+            if coupled[b]:  # y_j: the exponential race on position t0 + j's noise
+                noise = position_noise_rows(seeds[b], int(positions[b]), n + 1, vocab, device)
+                best_of = [int(coupled_token(p[j], noise[j])) for j in range(n + 1)]
+            else:
+                best_of = [int(p[j].argmax()) for j in range(n + 1)]
             for j in range(n):
-                best = int(p[j].argmax())
+                best = best_of[j]
                 if int(draft_token_ids[b, j]) != best:
                     tokens.append(best)  # recovered
                     break
                 tokens.append(best)  # accepted
             else:
-                tokens.append(int(p[n].argmax()))  # bonus
+                tokens.append(best_of[n])  # bonus
             num_accepted[b] = len(tokens) - 1
             output[b, : len(tokens)] = torch.tensor(tokens)
             continue
 
-        uniforms = draw_row_uniforms(gens[b], n, device)
+        uniforms = shared[b, : n + 1]  # u_0..u_n
         rejected_at = None
         for j in range(n):
             x = int(draft_token_ids[b, j])
@@ -331,45 +421,44 @@ def _row_maps(num_draft: torch.Tensor, max_k: int) -> tuple[torch.Tensor, torch.
     return p_row, q_row
 
 
-def _greedy_argmax(p: torch.Tensor, greedy: torch.Tensor, num_draft: torch.Tensor
-                   ) -> torch.Tensor:
-    """[T] int64: argmax of each p row owned by a greedy request (ties: lowest id);
-    0 for sampled requests' rows, whose argmax is never read."""
+def _coupled_rows(seeds: Sequence[int | None] | None, positions: Sequence[int] | None,
+                  is_greedy: torch.Tensor) -> list[bool]:
+    """[B] bools: rows sampled with a seed (verified against the seeded race)."""
+    batch = is_greedy.shape[0]
+    if seeds is None:
+        return [False] * batch
+    if len(seeds) != batch:
+        raise ValueError(f"got {len(seeds)} seeds for {batch} rows")
+    coupled = [s is not None and not g for s, g in zip(seeds, is_greedy.tolist())]
+    if any(coupled) and (positions is None or len(positions) != batch):
+        raise ValueError("seeded sampled rows need positions [B] (t0 of each row)")
+    return coupled
+
+
+def _fixed_tokens(p: torch.Tensor, greedy: torch.Tensor, num_draft: torch.Tensor,
+                  coupled: list[bool], seeds: Sequence[int | None] | None,
+                  positions: Sequence[int] | None) -> torch.Tensor:
+    """[T] int64: per p row, argmax(p) for greedy requests (ties: lowest id), the
+    seeded race first_argmax(p / E_t) for seeded sampled ones; 0 on other rows,
+    whose value is never read."""
     owner_greedy = greedy.repeat_interleave(num_draft + 1)  # [T]
     if bool(owner_greedy.all()):
         return first_argmax(p)
     out = torch.zeros(p.shape[0], dtype=torch.long, device=p.device)
     if bool(owner_greedy.any()):
         out[owner_greedy] = first_argmax(p[owner_greedy])
+    if any(coupled):
+        counts = (num_draft + 1).tolist()
+        starts = (num_draft.cumsum(0) - num_draft).tolist()  # p row of b is starts[b] + b
+        idx, noise = [], []
+        for b in (b for b, c in enumerate(coupled) if c):
+            first = starts[b] + b
+            idx += range(first, first + counts[b])
+            noise.append(position_noise_rows(seeds[b], int(positions[b]), counts[b],
+                                             p.shape[1], p.device))
+        rows = torch.tensor(idx, dtype=torch.long, device=p.device)
+        out[rows] = coupled_token(p[rows], torch.cat(noise))
     return out
-
-
-def _draw_batch(
-    generators: Sequence[torch.Generator | None] | None,
-    greedy: torch.Tensor,  # [B] bool
-    num_draft: torch.Tensor,  # [B] int64
-    max_k: int,
-    device: torch.device,
-) -> torch.Tensor:
-    """uniforms [B, K + 1] float64: row b holds u_0..u_n at [:n] and [n] (greedy: unused)."""
-    batch = greedy.shape[0]
-    gens = list(generators) if generators is not None else [None] * batch
-    if len(gens) != batch:
-        raise ValueError(f"got {len(gens)} generators for {batch} rows")
-    greedy_list = greedy.tolist()
-    if any(not g and gen is None for g, gen in zip(greedy_list, gens)):
-        # Like vLLM: one batched draw from the default generator for every row,
-        # then seeded rows are overwritten from their own generators.
-        uniforms = torch.rand(batch, max_k + 1, dtype=torch.float64, device=device)
-    else:
-        uniforms = torch.zeros(batch, max_k + 1, dtype=torch.float64, device=device)
-    num_draft_list = num_draft.tolist()
-    for b in range(batch):
-        if greedy_list[b] or gens[b] is None:
-            continue
-        n = num_draft_list[b]
-        uniforms[b, : n + 1] = draw_row_uniforms(gens[b], n, device)
-    return uniforms
 
 
 def _draft_dist(

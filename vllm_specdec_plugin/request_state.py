@@ -28,7 +28,7 @@ class RequestState:
     source: str = "draft"   # who proposed them: "draft" (model) or "ngram"
     match: Any = None       # n-gram drafts: the match bucket they came from (match_pricing)
     seen: bool = False      # had a propose() round since its (re)prefill
-    generator: Any = None   # torch.Generator for seeded requests (draft's own stream)
+    scope: Any = None       # tenancy.scope_key: whose corpus and statistics it shares
     acceptance: RequestAcceptance = field(default_factory=RequestAcceptance)
     ngram: Any = None       # NGramIndex over the committed tokens (ngram/hybrid)
     shadow: Any = None      # shadow.Shadow: n-gram drafts proposed, not verified, pending

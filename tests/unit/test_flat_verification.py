@@ -4,8 +4,9 @@ The fast path (compat/rejection_adapter.exact_rejection_sample) works on the fla
 [sum(n_b + 1), V] logits, builds histories only for penalised rows, cuts top-k/top-p
 only on rows that set them, and argmaxes only greedy requests' rows. The reference
 runs every position of every request alone: constraints, then target_probs (one-hot
-greedy) on its expanded history, then rejection_sample_reference. Seeded rows must
-agree bit for bit.
+greedy) on its expanded history, then rejection_sample_reference. From the same
+default-generator state every row must agree bit for bit (seeded rows race on
+noise keyed by their seed and num_tokens, the position of their first output).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _params(rng: random.Random, vocab: int, greedy_only: bool = False) -> Simple
         repetition_penalty=rng.choice([1.0, 1.0, 1.3]),
         presence_penalty=rng.choice([0.0, 0.0, 0.4]),
         frequency_penalty=rng.choice([0.0, 0.0, 0.7]),
-        logit_bias=rng.choice([None, None, {1: 2.0}]), seed=None,
+        logit_bias=rng.choice([None, None, {1: 2.0}]), seed=rng.choice([None, rng.randrange(99)]),
         min_tokens=rng.choice([0, 0, 4]), all_stop_token_ids=[0],
         allowed_token_ids=None, _bad_words_token_ids=rng.choice([[], [[2, 3]]]))
     if greedy_only:  # plain greedy: no processor changes the argmax
@@ -75,16 +76,14 @@ def _batch(seed: int, batch: int, vocab: int, greedy_only: bool = False,
         num_draft_tokens=num_draft, max_spec_len=max(num_draft),
         draft_token_ids=drafts, target_logits_indices=torch.tensor(target_idx),
         bonus_logits_indices=torch.tensor(bonus_idx))
-    requests, gens = {}, {}
+    requests = {}
     for b in range(batch):
-        requests[f"r{b}"] = SimpleNamespace(
+        state = requests[f"r{b}"] = SimpleNamespace(
             sampling_params=_params(rng, vocab, greedy_only),
             prompt_token_ids=[rng.randrange(vocab) for _ in range(rng.randint(0, 5))],
             output_token_ids=[rng.randrange(vocab) for _ in range(rng.randint(0, 6))])
-        gens[b] = torch.Generator().manual_seed(1000 * seed + b)
-    runner = SimpleNamespace(
-        requests=requests,
-        input_batch=SimpleNamespace(req_ids=list(requests), generators=gens))
+        state.num_tokens = len(state.prompt_token_ids) + len(state.output_token_ids)
+    runner = SimpleNamespace(requests=requests, input_batch=SimpleNamespace(req_ids=list(requests)))
     return runner, metadata, q, logits
 
 
@@ -94,10 +93,12 @@ def _reference(runner, metadata, draft_probs, logits, capture=None) -> torch.Ten
     batch, max_k = len(num_draft), metadata.max_spec_len
     flat = metadata.draft_token_ids.tolist()
     tgt, bonus = metadata.target_logits_indices.tolist(), metadata.bonus_logits_indices.tolist()
-    rows, specs, draft_ids, start = [], [], [], 0
+    rows, specs, draft_ids, seeds, positions, start = [], [], [], [], [], 0
     for b, n in enumerate(num_draft):
         state = runner.requests[runner.input_batch.req_ids[b]]
         sp = state.sampling_params
+        seeds.append(sp.seed)
+        positions.append(len(state.prompt_token_ids) + len(state.output_token_ids))
         spec = SamplingSpec.from_sampling_params(sp)
         drafts = flat[start:start + n]
         own = logits[tgt[start:start + n] + [bonus[b]]].float().clone()  # [n + 1, V]
@@ -111,17 +112,11 @@ def _reference(runner, metadata, draft_probs, logits, capture=None) -> torch.Ten
         start += n
     if capture is not None:
         capture["p"], capture["greedy"] = torch.cat(rows), [s.is_greedy for s in specs]
-    gens = runner.input_batch.generators
     out, _ = rejection_sample_reference(
         torch.tensor(draft_ids, dtype=torch.long).view(batch, max_k),
         torch.tensor(num_draft), draft_probs, torch.cat(rows),
-        torch.tensor([s.is_greedy for s in specs]), [gens.get(i) for i in range(batch)])
+        torch.tensor([s.is_greedy for s in specs]), seeds, positions)
     return out.to(torch.int32)
-
-
-def _fresh_generators(runner, seed):
-    for b in runner.input_batch.generators:
-        runner.input_batch.generators[b] = torch.Generator().manual_seed(1000 * seed + b)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -129,10 +124,22 @@ def _fresh_generators(runner, seed):
 def test_flat_fast_path_matches_per_position_reference(seed, with_q):
     runner, metadata, q, logits = _batch(seed, batch=7, vocab=11, with_q=with_q,
                                          permute=seed % 3 == 0)
+    torch.manual_seed(seed)
     fast = exact_rejection_sample(runner, metadata, q, logits)
-    _fresh_generators(runner, seed)
+    torch.manual_seed(seed)
     want = _reference(runner, metadata, q, logits)
     assert torch.equal(fast, want), (fast, want)
+
+
+def test_flat_batches_mix_seeded_unseeded_and_greedy_rows():
+    kinds = set()
+    for seed in range(12):
+        runner, *_ = _batch(seed, batch=7, vocab=11)
+        for st in runner.requests.values():
+            sp = st.sampling_params
+            kinds.add("greedy" if sp.temperature == 0 else "unseeded" if sp.seed is None
+                      else "seeded")
+    assert kinds == {"greedy", "seeded", "unseeded"}
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -143,9 +150,9 @@ def test_flat_p_matches_per_position_reference(seed, monkeypatch):
     seen = {}
     real = rejection.rejection_sample
 
-    def spy(drafts, n, q, p, greedy, gens):
+    def spy(drafts, n, q, p, greedy, *seeding):
         seen["p"] = p.clone()
-        return real(drafts, n, q, p, greedy, gens)
+        return real(drafts, n, q, p, greedy, *seeding)
 
     monkeypatch.setattr(rejection, "rejection_sample", spy)
     runner, metadata, q, logits = _batch(seed, batch=7, vocab=11, permute=seed % 2 == 0)
@@ -210,8 +217,7 @@ def test_seeded_row_unchanged_by_neighbours_with_larger_k():
                            bonus_logits_indices=torch.tensor(b_idx))
     runner2.requests["r2"] = runner.requests["r0"]
     runner.requests["r0"].sampling_params.temperature = 1.0  # a sampled row
-    runner.input_batch.generators[0] = torch.Generator().manual_seed(77)
-    runner2.input_batch.generators[2] = torch.Generator().manual_seed(77)
+    runner.requests["r0"].sampling_params.seed = 77           # shared by both batches
     alone = exact_rejection_sample(runner, metadata, q, logits)[0]
     among = exact_rejection_sample(runner2, meta, qs, torch.cat(parts))[2]
     assert alone[: n1 + 1].tolist() == among[: n1 + 1].tolist()
@@ -266,8 +272,8 @@ def test_draft_sampler_histories_only_for_penalised_rows():
              SamplingSpec(top_k=4)]
     prompts = [[1, 2], [3], [4, 4, 5], [6]]
     outputs = [[7], [8, 9], [10, 10], []]
-    gens = [torch.Generator().manual_seed(i) for i in range(4)]
-    sampler = DraftSampler(specs, prompts, outputs, gens, k, vocab, torch.device("cpu"))
+    sampler = DraftSampler(specs, prompts, outputs, [0, 1, None, 3], k, vocab,
+                           torch.device("cpu"), lengths=[5, 6, 7, 8])
     assert sampler.penalised and sampler.prompts[0].tolist() == [-1, -1, -1]  # row 0: none
     g = torch.Generator().manual_seed(5)
     drafts = torch.zeros(4, k, dtype=torch.long)

@@ -11,6 +11,7 @@ from vllm_specdec_plugin.config import SpecDecConfig
 from vllm_specdec_plugin.match_pricing import ANY_MATCH, MatchAlpha, match_key
 from vllm_specdec_plugin.planning import Plan, Planner
 from vllm_specdec_plugin.request_state import RequestState
+from vllm_specdec_plugin.tenancy import UNSALTED
 
 pytestmark = pytest.mark.unit
 
@@ -22,7 +23,7 @@ def _planner(k: int) -> Planner:
 
 def _drafts(planner: Planner, context: list[int], k: int) -> list[int]:
     row = np.asarray(context, dtype=np.int64)
-    return planner._ngram_drafts(RequestState(), row, len(context), k)[0]
+    return planner._ngram_drafts(RequestState(scope=UNSALTED), row, len(context), k)[0]
 
 
 def test_a_replay_of_periodic_output_drafts_its_own_history_run_past_the_corpus_end():
@@ -33,9 +34,9 @@ def test_a_replay_of_periodic_output_drafts_its_own_history_run_past_the_corpus_
     period = [7, 8, 9, 10, 11]
     finished = prompt + period * 12
     planner = _planner(k=8)
-    planner.corpus.add(finished)
+    planner.corpus.add(UNSALTED, finished)
     replay = prompt + period * 6 + period[:4]     # mid-output, aligned with the period
-    corpus_drafts, n = planner.corpus.propose(replay, 8)
+    corpus_drafts, n = planner.corpus.get(UNSALTED).propose(replay, 8)
     assert len(corpus_drafts) < 8 and n > 4       # the corpus match is long but short of tokens
     assert _drafts(planner, replay, 8) == (period * 3)[4:12]
 
@@ -46,7 +47,7 @@ def test_the_corpus_run_wins_where_own_history_disagrees_or_offers_no_more():
     rng = np.random.default_rng(0)
     finished = rng.integers(0, 1000, size=200).tolist()
     planner = _planner(k=6)
-    planner.corpus.add(finished)
+    planner.corpus.add(UNSALTED, finished)
     replay = finished[:120]
     assert _drafts(planner, replay, 6) == finished[120:126]
 
@@ -59,7 +60,7 @@ def _hybrid_replay(k: int) -> tuple[Planner, list[int], list[int]]:
     config = SpecDecConfig(num_speculative_tokens=k, method="hybrid", adaptive=True,
                            draft_model="unused", ngram_corpus_tokens=4096)
     planner = Planner(config, max_model_len=1024, allocator=None, no_draft=lambda reason: None)
-    planner.corpus.add(finished)
+    planner.corpus.add(UNSALTED, finished)
     return planner, finished[:100], finished[100:]
 
 
@@ -74,7 +75,7 @@ def _estimates(prices: MatchAlpha, request_alpha: float, global_alpha: float,
 
 def _plan(planner: Planner, context: list[int], choices, estimates) -> Plan | None:
     row = np.asarray(context, dtype=np.int64)
-    return planner.plan(0, "r", RequestState(), len(context), row, choices, estimates)
+    return planner.plan(0, "r", RequestState(scope=UNSALTED), len(context), row, choices, estimates)
 
 
 def test_a_long_corpus_match_is_priced_by_its_bucket_and_drafted_at_its_optimum_k():
@@ -109,7 +110,7 @@ def test_without_bucket_evidence_the_proposal_gets_the_controllers_k():
     prices = MatchAlpha()
     estimates = _estimates(prices, g, g, cost, fixed)
     choices = {"ngram": {"r": (4, "")}, "draft": {"r": (8, "")}}
-    offer = planner._ngram_offer("r", RequestState(), len(replay),
+    offer = planner._ngram_offer("r", RequestState(scope=UNSALTED), len(replay),
                                  np.asarray(replay, dtype=np.int64), choices, estimates, k)
     assert isinstance(offer, Plan) and offer.k == 4 and offer.alpha == pytest.approx(g)
     plan = _plan(planner, replay, choices, estimates)
@@ -135,19 +136,19 @@ def test_the_lookup_runs_only_as_far_as_the_best_price_could_pay():
     estimates = _estimates(prices, g, g, cost, fixed)
     row = np.asarray(replay, dtype=np.int64)
     looked = _counting_lookups(planner)
-    offer = planner._ngram_offer("r", RequestState(), len(replay), row,
+    offer = planner._ngram_offer("r", RequestState(scope=UNSALTED), len(replay), row,
                                  {"ngram": {"r": (4, "")}}, estimates, k)
     assert isinstance(offer, Plan) and offer.k == 4
     assert looked == [best_k(g, cost, k, 0.02, fixed)] and looked[0] < k
     held = {"ngram": {"r": (0, "adaptive")}}
     estimates_low = _estimates(prices, 0.05, g, cost, fixed)
-    assert planner._ngram_offer("r", RequestState(), len(replay), row, held,
+    assert planner._ngram_offer("r", RequestState(scope=UNSALTED), len(replay), row, held,
                                 estimates_low, k) == "adaptive"
     assert len(looked) == 1  # no lookup: nothing it could find would pay
     key = match_key("corpus", 64)
     for _ in range(10):
         prices.observe(key, drafted=24, accepted=24)
-    offer = planner._ngram_offer("r", RequestState(), len(replay), row, held,
+    offer = planner._ngram_offer("r", RequestState(scope=UNSALTED), len(replay), row, held,
                                  estimates_low, k)
     assert looked[1] == best_k(prices.alpha(ANY_MATCH, 0.05, g), cost, k, 0.02, fixed) > 4
     assert isinstance(offer, Plan) and offer.match == key and offer.drafts == rest[:offer.k]
@@ -160,13 +161,13 @@ def test_a_request_near_its_max_tokens_drafts_only_what_it_can_emit():
     config = SpecDecConfig(num_speculative_tokens=6, method="ngram", ngram_corpus_tokens=4096)
     planner = Planner(config, max_model_len=1024, allocator=None, no_draft=reasons.append)
     finished = np.random.default_rng(0).integers(0, 1000, size=200).tolist()
-    planner.corpus.add(finished)
+    planner.corpus.add(UNSALTED, finished)
     replay = finished[:120]
     row = np.asarray(replay, dtype=np.int64)
-    plan = planner.plan(0, "r", RequestState(), len(replay), row, {}, None, end=len(replay) + 3)
+    plan = planner.plan(0, "r", RequestState(scope=UNSALTED), len(replay), row, {}, None, end=len(replay) + 3)
     assert plan is not None and plan.drafts == finished[120:122]
-    plan = planner.plan(0, "r", RequestState(), len(replay), row, {}, None, end=2000)
+    plan = planner.plan(0, "r", RequestState(scope=UNSALTED), len(replay), row, {}, None, end=2000)
     assert plan is not None and plan.drafts == finished[120:126]  # max_model_len bounds
-    assert planner.plan(0, "r", RequestState(), len(replay), row, {}, None,
+    assert planner.plan(0, "r", RequestState(scope=UNSALTED), len(replay), row, {}, None,
                         end=len(replay) + 1) is None
     assert reasons == ["length_guard"]

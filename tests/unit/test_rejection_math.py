@@ -1,4 +1,5 @@
 """Rejection sampling: fast == reference, statistical exactness, seeded determinism.
+(Seeded rows' position-keyed race: tests/unit/test_seeded_coupling.py.)
 
 Statistics. Every statistical check is a test at level ALPHA = 1e-3 / MAX_CHECKS
 (Bonferroni), so all checks in this module together hold at 99.9% confidence
@@ -40,10 +41,11 @@ def flatten(x, num_draft, extra):
 def padded(fn):
     """fn (flat p and q) called with padded p [B, K+1, V] and q [B, K, V]: the
     tests below build batches padded, which is easier to read."""
-    def run(drafts, num_draft, draft_probs, target_probs, is_greedy, generators=None):
+    def run(drafts, num_draft, draft_probs, target_probs, is_greedy, seeds=None,
+            positions=None):
         q = None if draft_probs is None else flatten(draft_probs, num_draft, 0)
         return fn(drafts, num_draft, q, flatten(target_probs, num_draft, 1), is_greedy,
-                  generators)
+                  seeds, positions)
     return run
 
 
@@ -224,10 +226,10 @@ def test_first_token_distribution_and_acceptance_rate(case):
         )
 
 
-def _accept_always(drafts, num_draft, draft_probs, target_probs, is_greedy, generators):
+def _accept_always(drafts, num_draft, draft_probs, target_probs, is_greedy, seeds):
     """BROKEN rule (negative control): keep every draft, then a bonus token from p."""
     out, num_acc = rejection_sample(
-        drafts, num_draft, None, target_probs, is_greedy, generators
+        drafts, num_draft, None, target_probs, is_greedy, seeds
     )
     k = drafts.shape[1]
     keep = torch.arange(k).unsqueeze(0) < num_draft.unsqueeze(1)
@@ -235,7 +237,7 @@ def _accept_always(drafts, num_draft, draft_probs, target_probs, is_greedy, gene
     return out, num_draft.clone()
 
 
-def _recover_from_p(drafts, num_draft, draft_probs, target_probs, is_greedy, generators):
+def _recover_from_p(drafts, num_draft, draft_probs, target_probs, is_greedy, seeds):
     """BROKEN rule (negative control): on rejection sample from p, not max(0, p - q)."""
     p = target_probs[:, 0]
     q = draft_probs[:, 0]
@@ -247,7 +249,7 @@ def _recover_from_p(drafts, num_draft, draft_probs, target_probs, is_greedy, gen
     return out, accept.long()
 
 
-def _accept_with_p(drafts, num_draft, draft_probs, target_probs, is_greedy, generators):
+def _accept_with_p(drafts, num_draft, draft_probs, target_probs, is_greedy, seeds):
     """BROKEN rule (negative control): accept with probability p(x), ignoring q."""
     p = target_probs[:, 0]
     x = drafts[:, 0]
@@ -358,9 +360,9 @@ def test_joint_distribution_of_several_positions(k, use_draft_probs, length, voc
     assert pvalue > ALPHA, f"joint of {length} tokens not ~ p (p-value {pvalue:.3g})"
 
 
-def _bonus_from_first_position(drafts, num_draft, draft_probs, target_probs, is_greedy, gens):
+def _bonus_from_first_position(drafts, num_draft, draft_probs, target_probs, is_greedy, seeds):
     """BROKEN rule (negative control): the bonus token is drawn from p at position 0."""
-    out, num_acc = rejection_sample(drafts, num_draft, draft_probs, target_probs, is_greedy, gens)
+    out, num_acc = rejection_sample(drafts, num_draft, draft_probs, target_probs, is_greedy, seeds)
     all_acc = (num_acc == num_draft) & (num_draft > 0)
     wrong = torch.multinomial(target_probs[:, 0], 1)[:, 0]
     out[all_acc, num_acc[all_acc]] = wrong[all_acc]
@@ -412,22 +414,29 @@ def random_batch(gen, batch, k, vocab):
     return drafts, num_draft, draft, target, greedy
 
 
-def seeded(batch, base):
-    return [torch.Generator().manual_seed(base + b) for b in range(batch)]
+def seeded(batch, base, every=1):
+    """(seeds, positions) [B]: every ``every``-th row seeded with base + b, the others
+    None; positions t0 spread over 0..999."""
+    seeds = [base + b if b % every == 0 else None for b in range(batch)]
+    return seeds, [(base * 7 + 13 * b) % 1000 for b in range(batch)]
 
 
 @pytest.mark.parametrize("vocab", [5, 37])
 @pytest.mark.parametrize("with_draft_probs", [True, False])
 def test_fast_matches_reference_bit_for_bit(vocab, with_draft_probs):
+    """Every row, unseeded ones too: from the same default-generator state both draw
+    the same batched uniforms; seeded rows race on the same position noise."""
     gen = torch.Generator().manual_seed(vocab * 2 + with_draft_probs)
     batch, k = 48, 4
-    seen = {"all": 0, "none": 0, "zero_drafts": 0, "greedy": 0}
+    seen = {"all": 0, "none": 0, "zero_drafts": 0, "greedy": 0, "seeded": 0}
     for it in range(12):
         drafts, num_draft, draft, target, greedy = random_batch(gen, batch, k, vocab)
         dp = draft if with_draft_probs else None
-        args = (drafts, num_draft, dp, target, greedy)
-        fast = rejection_sample(*args, seeded(batch, 100 * it))
-        ref = rejection_sample_reference(*args, seeded(batch, 100 * it))
+        args = (drafts, num_draft, dp, target, greedy, *seeded(batch, 100 * it, every=2))
+        torch.manual_seed(it)
+        fast = rejection_sample(*args)
+        torch.manual_seed(it)
+        ref = rejection_sample_reference(*args)
         assert torch.equal(fast[0], ref[0]) and torch.equal(fast[1], ref[1]), it
         out, num_acc = fast
         check_structure(out, num_acc, drafts, num_draft, vocab)
@@ -435,6 +444,7 @@ def test_fast_matches_reference_bit_for_bit(vocab, with_draft_probs):
         seen["none"] += int(((num_acc == 0) & (num_draft > 0)).sum())
         seen["zero_drafts"] += int((num_draft == 0).sum())
         seen["greedy"] += int(greedy.sum())
+        seen["seeded"] += int(((torch.arange(batch) % 2 == 0) & ~greedy).sum())
     assert all(v > 0 for v in seen.values()), seen
 
 
@@ -513,9 +523,12 @@ def test_point_mass_rejection_recovers_from_p_without_the_draft():
 def test_same_seed_same_output():
     gen = torch.Generator().manual_seed(6)
     drafts, num_draft, draft, target, greedy = random_batch(gen, 32, 4, 23)
-    first = rejection_sample(drafts, num_draft, draft, target, greedy, seeded(32, 500))
-    again = rejection_sample(drafts, num_draft, draft, target, greedy, seeded(32, 500))
-    other = rejection_sample(drafts, num_draft, draft, target, greedy, seeded(32, 900))
+    seeds, positions = seeded(32, 500)
+    torch.manual_seed(1)
+    first = rejection_sample(drafts, num_draft, draft, target, greedy, seeds, positions)
+    torch.manual_seed(2)    # the default generator plays no part in seeded rows
+    again = rejection_sample(drafts, num_draft, draft, target, greedy, seeds, positions)
+    other = rejection_sample(drafts, num_draft, draft, target, greedy, *seeded(32, 900))
     assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
     assert not torch.equal(first[0], other[0])
 
@@ -538,12 +551,12 @@ def test_seeded_row_independent_of_batch_neighbours():
     p2[target_row, :3] = p1[0]
     n2[target_row], g2[target_row] = 2, False
     for trial in range(20):
-        gens1 = [torch.Generator().manual_seed(trial)] + [None] * 7
-        gens2 = seeded(12, 1000 + 50 * trial)
-        gens2[3] = None
-        gens2[target_row] = torch.Generator().manual_seed(trial)
-        out1, acc1 = rejection_sample(d1, n1, q1, p1, g1, gens1)
-        out2, acc2 = rejection_sample(d2, n2, q2, p2, g2, gens2)
+        seeds1, pos1 = [trial] + [None] * 7, [40 + trial] + [0] * 7
+        seeds2, pos2 = seeded(12, 1000 + 50 * trial)
+        seeds2[3] = None
+        seeds2[target_row], pos2[target_row] = trial, 40 + trial
+        out1, acc1 = rejection_sample(d1, n1, q1, p1, g1, seeds1, pos1)
+        out2, acc2 = rejection_sample(d2, n2, q2, p2, g2, seeds2, pos2)
         assert int(acc1[0]) == int(acc2[target_row])
         assert out1[0].tolist() == out2[target_row, :3].tolist()
         assert bool((out2[target_row, 3:] == PLACEHOLDER_TOKEN_ID).all())

@@ -21,6 +21,7 @@ when to Remove it. Nothing outside this package imports private vLLM modules.
 | ray_session     | Ray's session folder (ray._private) for the Ray metrics bridge |
 | draft_grammar   | a worker-side StructuredOutputManager: masks structured requests' drafts |
 | penalties       | vLLM's apply_penalties (the CUDA repetition-penalty kernel on GPU) |
+| request_scope   | Scheduler.schedule/finish_requests: cache_salt and aborted ids to the worker |
 
 Patches that change engine behaviour are installed only when our proposer is
 constructed (that is, only when the user configured it); see ``runner_hooks.install``.

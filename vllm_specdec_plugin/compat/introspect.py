@@ -46,6 +46,10 @@ def proposer_snapshot(llm: Any) -> dict | None:
         "prefill_tokens": s.prefill_tokens, "max_round_prefill": s.max_round_prefill, "draft_seconds": d.draft_seconds,
         "draft_forwards": d.draft_forwards,
         "model_class": type(d.model).__name__ if d.model is not None else None,
+        # tokens of finished requests held per tenancy scope, e.g. {"salt:a": 512}
+        "corpus_tokens": {":".join(str(x) for x in scope): n for scope, n in
+                          d.planner.corpus.tokens_by_scope().items()}
+        if d.planner.corpus is not None else None,
     }
 
 

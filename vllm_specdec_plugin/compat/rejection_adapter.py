@@ -108,10 +108,10 @@ def _make_sampler_class(base: type) -> type:
                 # builds spec-decode metadata whenever a speculative config exists, but
                 # logits are then one row per request, exactly what the runner hands
                 # its Sampler without speculation. Take that path: same tokens, same
-                # logprobs format, and a plain step's cost. Not with seeded rows: they
-                # always take the exact path, whose draws per row depend only on that
-                # row's drafts, so a seeded request's output never depends on whether
-                # its batch neighbours drafted in a step.
+                # logprobs format, and a plain step's cost. Not with seeded sampled rows
+                # (vLLM gives exactly those a generator): they always take the exact
+                # path, whose seeded race keys every token on (seed, position) alone,
+                # so their output never depends on which steps had drafts.
                 return self.sampler(logits=logits, sampling_metadata=sampling_metadata)
             runner = self.runner
             if runner is None or not _batch_known(runner, len(metadata.num_draft_tokens)):
@@ -199,8 +199,14 @@ def exact_rejection_sample(runner: Any, metadata: Any, draft_probs: torch.Tensor
                                    outputs, drafts)
     p = position_probs(logits, specs, [s.prompt_token_ids or [] for s in states],
                        outputs, drafts)                                     # [T, V]
-    gens = runner.input_batch.generators
-    generators = [gens.get(i) for i in range(B)]
+    # Seeded sampled rows: noise keyed by the request's seed and the absolute position
+    # of each output token. t0 = prompt + output tokens committed so far (num_tokens):
+    # the drafts' positions start there, as the proposer's committed length L did, and
+    # a chunked prefill's discarded partial steps sample at the same t0 as its last.
+    # (Async scheduling pads output_token_ids optimistically; vLLM 0.32 runs
+    # custom_class proposers without it.)
+    seeds = [getattr(s.sampling_params, "seed", None) for s in states]
+    positions = [s.num_tokens for s in states] if any(x is not None for x in seeds) else None
     is_greedy = torch.tensor([s.is_greedy for s in specs], dtype=torch.bool, device=dev)
-    out, _ = rejection_sample(draft_ids, n_t, draft_probs, p, is_greedy, generators)
+    out, _ = rejection_sample(draft_ids, n_t, draft_probs, p, is_greedy, seeds, positions)
     return out.to(torch.int32)

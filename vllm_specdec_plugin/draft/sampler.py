@@ -2,6 +2,11 @@
 sample from q (the request's own sampling pipeline over the draft's logits) for
 sampled rows. q stays on the device in the [rows, k, V] form the rejection sampler
 consumes; nothing round-trips through host memory.
+
+A seeded sampled row drafts first_argmax(q_t / E_t) at absolute position t, with the
+noise E_t (`rejection.position_noise`) its verification uses for p_t: a sample from
+q coupled to the target's y_t, accepted with probability >= (1 - TV) / (1 + TV)
+(a little below the 1 - TV of unseeded rows' rejection sampling).
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ from typing import Any, Sequence
 
 import torch
 
-from vllm_specdec_plugin.rejection import first_argmax, sample_from_weights
+from vllm_specdec_plugin.rejection import (coupled_token, first_argmax, position_noise,
+                                           sample_from_weights)
 from vllm_specdec_plugin.sampling.pipeline import target_probs
 
 
@@ -20,14 +26,17 @@ class DraftSampler:
     specs: per row, a SamplingSpec (sampled from q) or None (argmax).
     prompts / outputs: per row, the request's prompt and output token ids, read only
       for rows with a penalty (penalties see output + drafts so far); others may be [].
-    generators: per row, a CPU torch.Generator for seeded requests, else None.
+    seeds: per row, the request's seed (int) or None; read for sampled rows only.
     masks: optional; ``masks.apply(logits, pos, drafts)`` masks the logits of pass
       ``pos`` in place before the drafts are chosen (structured-output rows).
+    lengths: per row, the committed length L (prompt + output tokens), required when
+      a sampled row is seeded: pass ``pos`` drafts the token at position L + pos.
     """
 
     def __init__(self, specs: Sequence[Any], prompts: Sequence[Sequence[int]],
-                 outputs: Sequence[Sequence[int]], generators: Sequence[Any],
-                 k_max: int, vocab_size: int, device: torch.device, masks: Any = None):
+                 outputs: Sequence[Sequence[int]], seeds: Sequence[int | None],
+                 k_max: int, vocab_size: int, device: torch.device, masks: Any = None,
+                 lengths: Sequence[int] | None = None):
         self.device = device
         self.masks = masks
         self.sampled = [i for i, s in enumerate(specs) if s is not None]
@@ -36,7 +45,10 @@ class DraftSampler:
             return
         idx = self.sampled
         self.specs = [specs[i] for i in idx]
-        self.generators = [generators[i] for i in idx]
+        self.seeds = [seeds[i] for i in idx]
+        if any(s is not None for s in self.seeds) and lengths is None:
+            raise ValueError("seeded sampled rows need lengths (their committed length L)")
+        self.lengths = [lengths[i] for i in idx] if lengths is not None else [0] * len(idx)
         # Histories only for penalised rows (the pipeline reads no others): [S, L]
         # tensors whose other rows stay empty padding; not built when none has one.
         self.penalised = any(s.has_penalties for s in self.specs)
@@ -66,13 +78,25 @@ class DraftSampler:
             prompt = history = [[]] * len(active)
         q = target_probs(logits[rows_t], [self.specs[j] for j in active],
                          prompt, history)                                  # [S, V]
-        # One uniform per row: seeded requests draw from their own generator (same
-        # seed, same drafts); the others share one batched draw.
-        u = torch.rand(len(active), dtype=torch.float64)
-        for m, j in enumerate(active):
-            if self.generators[j] is not None:
-                u[m] = torch.rand(1, dtype=torch.float64, generator=self.generators[j])
-        tokens[rows_t] = sample_from_weights(q, u.to(self.device))
+        # Seeded rows race q against their position's noise (shared with the target's
+        # verification); the others invert q's CDF with one batched uniform draw.
+        seeded = [m for m, j in enumerate(active) if self.seeds[j] is not None]
+        if not seeded:
+            u = torch.rand(len(active), dtype=torch.float64)
+            tokens[rows_t] = sample_from_weights(q, u.to(self.device))
+        else:
+            noise = torch.ones_like(q)  # unseeded rows' entries are never read
+            for m in seeded:
+                j = active[m]
+                noise[m] = position_noise(self.seeds[j], self.lengths[j] + pos, q.shape[1],
+                                          self.device)
+            choice = coupled_token(q, noise)                               # [S]
+            free = [m for m, j in enumerate(active) if self.seeds[j] is None]
+            if free:
+                at = torch.tensor(free, device=self.device)
+                u = torch.rand(len(free), dtype=torch.float64)
+                choice[at] = sample_from_weights(q[at], u.to(self.device))
+            tokens[rows_t] = choice
         self.q[act_t, pos] = q
         return tokens
 

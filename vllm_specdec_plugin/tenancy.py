@@ -1,0 +1,119 @@
+"""What requests share across each other, scoped as vLLM scopes its prefix cache.
+
+vLLM shares prefix-cache blocks only between requests with the same ``cache_salt``;
+unsalted requests share only with unsalted ones. Everything this plugin learns from
+one request's text and uses for another follows the same rule:
+
+- the corpus of finished requests that n-gram drafts are looked up in;
+- the acceptance statistics learned across requests (each draft source's pooled α,
+  the acceptance of n-gram matches by length), which set other requests' k and
+  source.
+
+A scope key (``scope_key``) names who shares: ``("salt", salt)`` per salt (``None``
+for unsalted), ``("global",)`` for every request, ``None`` for a request whose salt
+did not reach the worker (it shares with no one). What stays per worker, shared by
+every request: the step-cost model (wall-clock timings: they reveal load, not text)
+and, with adaptive k, the whole-batch check and the probe schedule.
+
+Standard library only (``adaptive`` imports it).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING, Callable, Generic, Hashable, Iterable, Sequence, TypeVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from vllm_specdec_plugin.ngram import CorpusIndex
+# Scopes whose learned statistics are kept at once; the least recently used is
+# dropped (it restarts from the prior). Each holds a few floats per draft source.
+MAX_SCOPES = 4096
+
+ScopeKey = Hashable | None
+UNSALTED = ("salt", None)  # the scope of unsalted requests under "salt" (and "off")
+V = TypeVar("V")
+
+
+def scope_key(mode: str, salt: str | None, known: bool = True) -> ScopeKey:
+    """Who a request shares with: ``mode`` is ``ngram_corpus_scope``; ``known`` is
+    False when the request's salt never reached the worker (then: no one)."""
+    if mode == "global":
+        return ("global",)
+    return (UNSALTED[0], salt) if known else None
+
+
+class ScopedStore(Generic[V]):
+    """Per-scope values made on first use, at most ``MAX_SCOPES`` (least recently used
+    dropped). Scope ``None`` gets a fresh value that is never kept."""
+
+    def __init__(self, make: Callable[[], V], max_scopes: int = MAX_SCOPES) -> None:
+        self._make, self._max = make, max_scopes
+        self._values: OrderedDict[Hashable, V] = OrderedDict()
+
+    def get(self, scope: ScopeKey) -> V:
+        if scope is None:
+            return self._make()
+        v = self._values.get(scope)
+        if v is None:
+            v = self._values[scope] = self._make()
+            if len(self._values) > self._max:
+                self._values.popitem(last=False)
+        else:
+            self._values.move_to_end(scope)
+        return v
+
+    def peek(self, scope: ScopeKey) -> V | None:
+        """The scope's value if it has one; never creates or reorders."""
+        return None if scope is None else self._values.get(scope)
+
+    def values(self) -> Iterable[V]:
+        return self._values.values()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+class ScopedCorpus:
+    """One corpus (``make_index()``: an empty ``ngram.CorpusIndex`` holding up to
+    ``max_tokens``) per scope, under one budget of ``max_tokens``: the oldest finished
+    request is evicted first, whatever its scope."""
+
+    def __init__(self, max_tokens: int, make_index: Callable[[], "CorpusIndex"]) -> None:
+        self.max_tokens, self._make_index = max_tokens, make_index
+        self._indexes: dict[Hashable, CorpusIndex] = {}
+        self._order: deque[tuple[Hashable, int]] = deque()  # (scope, tokens), oldest first
+        self._total = 0
+
+    def add(self, scope: ScopeKey, tokens: Sequence[int]) -> None:
+        """Store one finished request's history (1-D token ids) in its scope's corpus;
+        nothing for scope ``None``."""
+        if scope is None:
+            return
+        index = self._indexes.get(scope)
+        if index is None:
+            index = self._indexes[scope] = self._make_index()
+        stored = index.add(tokens)
+        if not stored:
+            if not len(index):
+                del self._indexes[scope]
+            return
+        self._order.append((scope, stored))
+        self._total += stored
+        while self._total > self.max_tokens:
+            old, n = self._order.popleft()
+            oldest = self._indexes[old]
+            oldest.evict_oldest()
+            self._total -= n
+            if not len(oldest):
+                del self._indexes[old]
+
+    def get(self, scope: ScopeKey) -> "CorpusIndex | None":
+        """The scope's corpus, or None (empty, or scope ``None``)."""
+        return None if scope is None else self._indexes.get(scope)
+
+    def tokens_by_scope(self) -> dict[Hashable, int]:
+        """Tokens held per scope (for tests and introspection)."""
+        return {s: len(i) for s, i in self._indexes.items()}
+
+    def __len__(self) -> int:
+        return self._total
