@@ -2,7 +2,7 @@
 setup:      ## create .venv with vLLM 0.32 and the plugin
 	bash scripts/setup.sh
 fixtures:   ## build both fixture pairs (cached under .cache/fixtures)
-	bash scripts/setup.sh && .venv/bin/python -m vllm_specdec_plugin.fixtures --pair all
+	bash scripts/setup.sh && .venv/bin/python -m specdec_fixtures --pair all
 serve:      ## serve the ci fixture target with the plugin on 127.0.0.1:8000
 	bash scripts/serve.sh
 test:       ## the whole CI test suite

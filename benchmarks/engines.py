@@ -1,4 +1,4 @@
-"""One benchmark engine: a ``vllm_specdec_plugin.testing.engine_worker`` subprocess.
+"""One benchmark engine: a ``specdec_testing.engine_worker`` subprocess.
 
 Every configuration runs the same way: in-process engine core
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so the worker can read the proposer and time
@@ -27,7 +27,7 @@ ENGINE_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
 }
 
-WORKER_MODULE = "vllm_specdec_plugin.testing.engine_worker"
+WORKER_MODULE = "specdec_testing.engine_worker"
 
 
 class EngineError(RuntimeError):
@@ -72,6 +72,9 @@ class Engine:
         self.env = {**os.environ, **ENGINE_ENV, **(extra_env or {}),
                     **config.engine_env(REPO),
                     "SPECDEC_REGISTER_TRACE": str(self.trace_path)}
+        # the engine worker module (specdec_testing) lives at the repo root
+        self.env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(REPO), self.env.get("PYTHONPATH")]))
         if threads is not None:
             self.env["OMP_NUM_THREADS"] = str(threads)
         self.cpus = cpus

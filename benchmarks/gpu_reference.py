@@ -188,7 +188,7 @@ def _install_synthetic_shim() -> None:
 
 def worker_main(argv: list[str]) -> None:
     _install_synthetic_shim()
-    from vllm_specdec_plugin.testing import engine_worker
+    from specdec_testing import engine_worker
 
     sys.argv = [sys.argv[0], *argv]
     engine_worker.main()

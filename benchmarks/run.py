@@ -335,7 +335,7 @@ def make_plan(a: argparse.Namespace) -> Plan:
     if a.target:
         target, draft = str(Path(a.target).resolve()), a.draft and str(Path(a.draft).resolve())
     else:
-        from vllm_specdec_plugin.fixtures import ensure_pair
+        from specdec_fixtures import ensure_pair
 
         pair = ensure_pair(a.pair)
         target, draft = str(pair.target), str(a.draft or pair.draft)

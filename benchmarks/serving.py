@@ -54,7 +54,7 @@ from pathlib import Path
 from benchmarks import machine, serving_report
 from benchmarks.configs import BenchConfig, expand, select
 from benchmarks.workloads import load_prompt_set, sharegpt_pool, unique_code_prompts
-from vllm_specdec_plugin.testing import stop_process_group
+from specdec_testing import stop_process_group
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -282,7 +282,7 @@ def bench(server: Server, workload: str, load: Load, num_prompts: int, args: arg
 
 
 def run(args: argparse.Namespace) -> dict:
-    from vllm_specdec_plugin.fixtures import ensure_pair
+    from specdec_fixtures import ensure_pair
 
     configs = select(expand(), args.configs)
     out = args.out

@@ -79,7 +79,7 @@ def unique_code_prompts(max_lines: int = 20, max_chars: int = 800,
     a cross-request cache, like in-tree ``suffix``, would otherwise replay outputs).
     Deterministic: a pure function of the interpreter's stdlib tree.
     """
-    from vllm_specdec_plugin.fixtures.corpus import load_corpus
+    from specdec_fixtures.corpus import load_corpus
 
     out: list[str] = []
     for doc in load_corpus().heldout_docs:
@@ -112,8 +112,8 @@ def sharegpt_pool(tokenizer_dir: str, max_output_tokens: int, max_model_len: int
 
     from transformers import AutoTokenizer
 
-    from vllm_specdec_plugin.fixtures import fixtures_root, sharegpt
-    from vllm_specdec_plugin.fixtures.registry_files import SHAREGPT_JSON, fetch
+    from specdec_fixtures import fixtures_root, sharegpt
+    from specdec_fixtures.registry_files import SHAREGPT_JSON, fetch
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     path = fetch(SHAREGPT_JSON, fixtures_root() / "downloads")

@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "engine"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # specdec_fixtures, specdec_testing
 
 from harness import engine_kwargs, plugin_spec, run_engine  # noqa: E402
 from prompts import PROMPTS  # noqa: E402
 
-from vllm_specdec_plugin.fixtures import ensure_pair  # noqa: E402
+from specdec_fixtures import ensure_pair  # noqa: E402
 
 
 def main() -> None:

@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "engine"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # specdec_fixtures, specdec_testing
 
 from harness import engine_kwargs, run_engine  # noqa: E402
 from test_sampled_distribution import ALPHA, PROMPT, _configs, _job, _samples  # noqa: E402
 
-from vllm_specdec_plugin.fixtures import ensure_pair  # noqa: E402
-from vllm_specdec_plugin.testing.two_sample import two_sample_chi2  # noqa: E402
+from specdec_fixtures import ensure_pair  # noqa: E402
+from specdec_testing.two_sample import two_sample_chi2  # noqa: E402
 
 
 KS = (1, 3)

@@ -48,7 +48,7 @@ def main() -> None:
 
     from benchmarks.workloads import load_prompt_set
     from vllm_specdec_plugin.compat.introspect import find_proposer
-    from vllm_specdec_plugin.fixtures import ensure_pair
+    from specdec_fixtures import ensure_pair
     from vllm_specdec_plugin.compat import draft_model
     from vllm_specdec_plugin.draft import sampler
 

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 PAIR=${PAIR:-ci}
 K=${K:-4}
-paths=$(.venv/bin/python -m vllm_specdec_plugin.fixtures --pair "$PAIR" --print-paths)
+paths=$(.venv/bin/python -m specdec_fixtures --pair "$PAIR" --print-paths)
 TARGET=$(echo "$paths" | sed -n 's/^target=//p')
 DRAFT=$(echo "$paths" | sed -n 's/^draft=//p')
 source scripts/cpu_env.sh

@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/python -m vllm_specdec_plugin.fixtures --pair ci
+.venv/bin/python -m specdec_fixtures --pair ci
+# The wheel a production user installs: entry point loads, no test-only module inside.
+bash scripts/check_wheel.sh
 # Prometheus for the monitoring tests (Debian package, no root). If it cannot be
 # fetched those tests skip and say why; they never fake a pass.
 bash scripts/fetch_prometheus.sh || echo "[test] Prometheus not fetched: its tests will skip"

@@ -24,6 +24,6 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def ci_pair():
-    from vllm_specdec_plugin.fixtures import ensure_pair
+    from specdec_fixtures import ensure_pair
 
     return ensure_pair("ci")

@@ -74,7 +74,7 @@ def fixture_env(text: str) -> dict[str, str]:
     env = dict(os.environ)
     needed = {"SPECDEC_TARGET", "SPECDEC_DRAFT"} & set(_PLACEHOLDER.findall(text))
     if needed and not needed <= set(env):
-        from vllm_specdec_plugin.fixtures import ensure_pair
+        from specdec_fixtures import ensure_pair
 
         say("ci fixture pair (building it if missing, ~2 min the first time)")
         pair = ensure_pair("ci")

@@ -9,6 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 
@@ -39,7 +40,9 @@ def run_engine(engine: dict, jobs: list[dict], env: dict | None = None, timeout:
         job, out = Path(d, "job.json"), Path(d, "out.json")
         job.write_text(json.dumps({"engine": engine, "jobs": jobs}))
         full_env = {**os.environ, **ENGINE_ENV, **(env or {})}
-        p = subprocess.run([sys.executable, "-m", "vllm_specdec_plugin.testing.engine_job", str(job), str(out)],
+        full_env["PYTHONPATH"] = os.pathsep.join(  # specdec_testing lives at the repo root
+            filter(None, [str(REPO), full_env.get("PYTHONPATH")]))
+        p = subprocess.run([sys.executable, "-m", "specdec_testing.engine_job", str(job), str(out)],
                            env=full_env, capture_output=True, text=True, timeout=timeout)
         if p.returncode != 0 or not out.exists():
             raise EngineFailed(p.returncode, p.stdout + p.stderr)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness import ENGINE_ENV
 
-from vllm_specdec_plugin.testing import stop_process_group
+from specdec_testing import stop_process_group
 
 
 def free_port() -> int:

@@ -113,7 +113,7 @@ def probe(ci_pair, drafts):
     with tempfile.TemporaryDirectory() as t:
         cp, op = Path(t, "cases.json"), Path(t, "out.json")
         cp.write_text(json.dumps(spec))
-        p = subprocess.run([sys.executable, "-m", "vllm_specdec_plugin.testing.config_probe", str(cp), str(op)],
+        p = subprocess.run([sys.executable, "-m", "specdec_testing.config_probe", str(cp), str(op)],
                            env={**os.environ, **ENGINE_ENV}, capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         return cases, json.loads(op.read_text())

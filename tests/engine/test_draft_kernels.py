@@ -17,7 +17,7 @@ BS = 32
 def loaded(ci_pair, request):
     from transformers import AutoModelForCausalLM
 
-    from vllm_specdec_plugin.fixtures.qwen2_draft import ensure_qwen2_draft
+    from specdec_fixtures.qwen2_draft import ensure_qwen2_draft
 
     path = ci_pair.draft if request.param == "llama" else ensure_qwen2_draft(ci_pair.draft)
     cfg = standalone.vllm_config(str(ci_pair.target), None, max_model_len=512)

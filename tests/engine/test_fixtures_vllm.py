@@ -39,7 +39,7 @@ with open(args["out"], "w") as f:
 
 @pytest.fixture(scope="module")
 def ci_fixture():
-    from vllm_specdec_plugin.fixtures import ensure_pair
+    from specdec_fixtures import ensure_pair
 
     return ensure_pair("ci")
 

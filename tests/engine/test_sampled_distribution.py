@@ -4,7 +4,7 @@ For fixed prompts, N samples of the first 3 generated tokens with speculation ar
 compared with N samples from vLLM without speculation (plugin installed, not
 selected). Three statistics per configuration: the (t1, t2) joint, the (t2, t3)
 joint and the t3 marginal, each on its 30 most frequent pooled outcomes + rest
-(see vllm_specdec_plugin.testing.two_sample.py; tests/unit/test_two_sample_stats.py shows
+(see specdec_testing.two_sample.py; tests/unit/test_two_sample_stats.py shows
 this detects a TV shift of 0.05 at N=8000 with power >= 0.9), Bonferroni to 99.9%.
 
 Token 1 comes from vLLM's plain sampler (prefill step); tokens 2-3 from the first
@@ -100,7 +100,7 @@ def runs(ci_pair, tokenizer):
 @pytest.mark.parametrize("name", ["t0.7", "t1.0", "t1.5", "top_k", "top_p", "min_p", "penalties",
                                   "logit_bias", "constraints", "mixed", "ngram", "hybrid_adaptive"])
 def test_sampled_distribution_matches_no_speculation(runs, name):
-    from vllm_specdec_plugin.testing.two_sample import two_sample_chi2
+    from specdec_testing.two_sample import two_sample_chi2
 
     cfgs, baseline, plugin, _ = runs
     k = cfgs[name][0]

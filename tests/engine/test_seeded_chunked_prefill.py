@@ -27,7 +27,7 @@ def test_plugin_survives_and_chunking_does_not_change_seeded_output(ci_pair):
 def test_vllm_cpu_without_the_plugin_still_crashes():
     """Guards the compat entry: when this starts passing vLLM's way, remove it."""
     pytest.importorskip("vllm")
-    from vllm_specdec_plugin.fixtures import ensure_pair
+    from specdec_fixtures import ensure_pair
 
     pair = ensure_pair("ci")
     with pytest.raises(EngineFailed) as e:

@@ -49,7 +49,7 @@ def _outcomes(res, name):
 
 @pytest.fixture(scope="module")
 def misaligned(ci_pair):
-    from vllm_specdec_plugin.fixtures.misaligned_draft import ensure_misaligned_draft
+    from specdec_fixtures.misaligned_draft import ensure_misaligned_draft
 
     return ensure_misaligned_draft(ci_pair.draft)
 
@@ -69,7 +69,7 @@ def runs(ci_pair, misaligned):
 
 @pytest.mark.parametrize("name", list(GRAMMARS))
 def test_sampled_structured_output_matches_no_speculation(runs, name):
-    from vllm_specdec_plugin.testing.two_sample import two_sample_chi2
+    from specdec_testing.two_sample import two_sample_chi2
 
     baseline, plugin, _ = runs
     a, b = _outcomes(baseline, name), _outcomes(plugin, name)

@@ -27,7 +27,7 @@ JOB = Path(__file__).with_name("tenant_job.py")
 
 def _texts(n: int = 6, chars: int = 480) -> list[str]:
     """Held-out code (files the fixture pair never trained on), cut at a line end."""
-    from vllm_specdec_plugin.fixtures.corpus import load_corpus
+    from specdec_fixtures.corpus import load_corpus
 
     docs = [d for d in load_corpus().heldout_docs if len(d) > 2 * chars][:n]
     return [d[:d.rfind("\n", 0, chars) + 1] for d in docs]

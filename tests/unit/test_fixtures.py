@@ -35,7 +35,7 @@ def _build_in_subprocess(root: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.pop("SPECDEC_FIXTURES_DIR", None)
-    p = subprocess.run([sys.executable, "-m", "vllm_specdec_plugin.fixtures", "--pair", "ci",
+    p = subprocess.run([sys.executable, "-m", "specdec_fixtures", "--pair", "ci",
                         "--root", str(root)], cwd=str(REPO), env=env, capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
@@ -51,15 +51,15 @@ def two_ci_builds(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ci_pair(two_ci_builds):
-    from vllm_specdec_plugin.fixtures import ensure_pair
+    from specdec_fixtures import ensure_pair
 
     return ensure_pair("ci", root=two_ci_builds[0][0])  # already built: just loads
 
 
 def test_ci_build_is_deterministic(two_ci_builds):
-    from vllm_specdec_plugin.fixtures import BUILDER_VERSION
-    from vllm_specdec_plugin.fixtures.build import VOLATILE_MANIFEST_KEYS
-    from vllm_specdec_plugin.fixtures.layout import MANIFEST_NAME
+    from specdec_fixtures import BUILDER_VERSION
+    from specdec_fixtures.build import VOLATILE_MANIFEST_KEYS
+    from specdec_fixtures.layout import MANIFEST_NAME
 
     (a, b), _ = two_ci_builds
     da, db = a / f"v{BUILDER_VERSION}" / "ci", b / f"v{BUILDER_VERSION}" / "ci"
@@ -133,9 +133,9 @@ def test_transformers_loads_ci_pair_and_tokenizer_round_trips(ci_pair):
 def test_manifest_matches_files_on_disk(ci_pair):
     import torch
 
-    from vllm_specdec_plugin.fixtures import BUILDER_VERSION
-    from vllm_specdec_plugin.fixtures.layout import MANIFEST_NAME
-    from vllm_specdec_plugin.fixtures.corpus import load_corpus
+    from specdec_fixtures import BUILDER_VERSION
+    from specdec_fixtures.layout import MANIFEST_NAME
+    from specdec_fixtures.corpus import load_corpus
 
     m = ci_pair.manifest
     assert ci_pair.path.name == "ci" and ci_pair.path.parent.name == f"v{BUILDER_VERSION}"
@@ -164,8 +164,8 @@ def test_manifest_matches_files_on_disk(ci_pair):
 def test_cache_reuse_and_incomplete_detection(two_ci_builds, tmp_path):
     import shutil
 
-    from vllm_specdec_plugin.fixtures import load_pair, pair_dir
-    from vllm_specdec_plugin.fixtures.build import _ensure
+    from specdec_fixtures import load_pair, pair_dir
+    from specdec_fixtures.build import _ensure
 
     root = two_ci_builds[0][0]
     pair, built = _ensure("ci", root, False, lambda s: None)
@@ -184,7 +184,7 @@ def test_cache_reuse_and_incomplete_detection(two_ci_builds, tmp_path):
 
 
 def test_fixtures_root_resolution(monkeypatch, tmp_path):
-    from vllm_specdec_plugin.fixtures import BUILDER_VERSION, fixtures_root, pair_dir
+    from specdec_fixtures import BUILDER_VERSION, fixtures_root, pair_dir
 
     monkeypatch.setenv("SPECDEC_FIXTURES_DIR", str(tmp_path / "x"))
     assert fixtures_root() == tmp_path / "x"
@@ -194,7 +194,7 @@ def test_fixtures_root_resolution(monkeypatch, tmp_path):
 
 
 def test_import_is_cheap():
-    code = ("import sys, vllm_specdec_plugin.fixtures as f; "
+    code = ("import sys, specdec_fixtures as f; "
             "heavy = [m for m in ('torch', 'tokenizers', 'transformers', 'safetensors') "
             "if m in sys.modules]; assert not heavy, heavy; print(f.BUILDER_VERSION)")
     env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -208,9 +208,9 @@ def test_constructed_target_equals_draft_at_eps_zero():
     draft's function exactly when eps = 0, and eps > 0 perturbs it."""
     import torch
 
-    from vllm_specdec_plugin.fixtures.checkpoint import llama_config_dict, make_hf_model
-    from vllm_specdec_plugin.fixtures.construct import construct_target
-    from vllm_specdec_plugin.fixtures.specs import ModelSpec
+    from specdec_fixtures.checkpoint import llama_config_dict, make_hf_model
+    from specdec_fixtures.construct import construct_target
+    from specdec_fixtures.specs import ModelSpec
 
     draft = ModelSpec(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, intermediate_size=96)

@@ -7,8 +7,8 @@ import zipfile
 
 import pytest
 
-from vllm_specdec_plugin.fixtures import registry_files, sharegpt
-from vllm_specdec_plugin.fixtures.distill import draft_state_from
+from specdec_fixtures import registry_files, sharegpt
+from specdec_fixtures.distill import draft_state_from
 
 
 def _conv(i, user="hello there", answer="hi, how can I help?"):

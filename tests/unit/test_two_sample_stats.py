@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from vllm_specdec_plugin.testing.two_sample import total_variation, two_sample_chi2
+from specdec_testing.two_sample import total_variation, two_sample_chi2
 
 N = 8000                 # per arm, as in tests/engine/test_sampled_distribution.py
 ALPHA = 1e-3 / 3         # 99.9% overall, Bonferroni over the 3 statistics per config
