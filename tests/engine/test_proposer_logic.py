@@ -14,6 +14,7 @@ import torch
 
 from vllm_specdec_plugin.compat import standalone
 from vllm_specdec_plugin.proposer import DraftModelProposer
+from vllm_specdec_plugin.tenancy import UNSALTED
 
 V = 2048  # the fixture vocabulary
 
@@ -45,6 +46,21 @@ class FakeRunner:
             logit_bias=None, max_tokens=max_tokens.get(r))) for r in req_ids}
 
 
+def scheduled(new=(), finished=(), preempted=(), salt=None):
+    """A SchedulerOutput as the proposer reads it, with the report the engine process
+    attaches (compat.request_scope): ``new`` requests' salt, no aborts."""
+    out = SimpleNamespace(finished_req_ids=set(finished), preempted_req_ids=set(preempted))
+    out.specdec_scope = ({r: salt for r in new}, frozenset())
+    return out
+
+
+def attach(p, runner):
+    """Bind the runner and report its requests as new (unsalted), as the engine does."""
+    p.bind_runner(runner)
+    p.on_scheduler_output(scheduled(new=runner.requests))
+    return runner
+
+
 def make_proposer(monkeypatch, pair, k, max_model_len=128, mib=1.0, **opts):
     spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
             "num_speculative_tokens": k, "draft_load_config": {"model_loader_extra_config": {
@@ -71,7 +87,7 @@ class Batch:
 def test_drafts_are_the_draft_models_greedy_continuation(tiny, monkeypatch):
     model, path = tiny
     p = make_proposer(monkeypatch, path, k=3)
-    p.bind_runner(FakeRunner(["a", "b"]))
+    attach(p, FakeRunner(["a", "b"]))
     b = Batch([[1, 2, 3, 4, 5], [7, 8]])
     n, arr = b.arrays()
     drafts = p.propose([[5], [8]], n, arr)
@@ -97,15 +113,15 @@ def test_drafts_are_the_draft_models_greedy_continuation(tiny, monkeypatch):
 def test_finished_and_preempted_requests_free_blocks(tiny, monkeypatch):
     _, path = tiny
     p = make_proposer(monkeypatch, path, k=2)
-    p.bind_runner(FakeRunner(["a", "b"]))
+    attach(p, FakeRunner(["a", "b"]))
     n, arr = Batch([[1, 2, 3], [4, 5, 6, 7, 8, 9]]).arrays()
     p.propose([[3], [9]], n, arr)
     assert p.allocator.num_used > 0
-    p.on_scheduler_output(SimpleNamespace(finished_req_ids={"a"}, preempted_req_ids={"b"}))
+    p.on_scheduler_output(scheduled(finished={"a"}, preempted={"b"}))
     assert p.allocator.num_free == p.allocator.num_blocks
     # The preempted request is re-prefilled lazily when it comes back.
     before = p.stats.prefill_tokens
-    p.bind_runner(FakeRunner(["b"]))
+    attach(p, FakeRunner(["b"]))
     n, arr = Batch([[4, 5, 6, 7, 8, 9, 11]]).arrays()
     assert len(p.propose([[11]], n, arr)[0]) == 2
     assert p.stats.prefill_tokens == before + 7
@@ -114,7 +130,7 @@ def test_finished_and_preempted_requests_free_blocks(tiny, monkeypatch):
 def test_length_guard_shrinks_k_then_stops(tiny, monkeypatch):
     _, path = tiny
     p = make_proposer(monkeypatch, path, k=4, max_model_len=12)
-    p.bind_runner(FakeRunner(["a"]))
+    attach(p, FakeRunner(["a"]))
     n, arr = Batch([list(range(1, 10))]).arrays()              # L=9: room for 12-9-1=2
     assert len(p.propose([[9]], n, arr)[0]) == 2
     n, arr = Batch([list(range(1, 12))]).arrays()              # L=11: no room
@@ -127,7 +143,7 @@ def test_pool_full_request_gets_no_draft_and_is_counted(tiny, monkeypatch):
     # ci draft: 2 layers * 32 tok * 2 kv heads * 32 dim * 2 (K, V) * 4 B = 32 KiB/block;
     # 128 KiB = 4 blocks = one request of max_model_len 128.
     p = make_proposer(monkeypatch, path, k=2, max_model_len=128, mib=128 / 1024)
-    p.bind_runner(FakeRunner(["a", "b"]))
+    attach(p, FakeRunner(["a", "b"]))
     long = list(range(1, 60)) * 2                              # 118 tokens: 4 blocks
     n, arr = Batch([long[:118], [1, 2, 3, 4, 5, 6, 7, 8, 9]]).arrays()
     d = p.propose([[1], [9]], n, arr)
@@ -148,7 +164,7 @@ def test_sampled_request_publishes_q(tiny, monkeypatch):
     _, path = tiny
     p = make_proposer(monkeypatch, path, k=3)
     runner = FakeRunner(["a", "b"], temps={"a": 1.0})
-    p.bind_runner(runner)
+    attach(p, runner)
     n, arr = Batch([[1, 2, 3], [4, 5]]).arrays()
     d = p.propose([[3], [5]], n, arr)
     assert sorted(runner._draft_prob_req_ids) == ["a", "b"]     # channel order is the round's
@@ -167,7 +183,7 @@ def test_ngram_only_needs_no_draft_model_and_chains_lookups(tiny, monkeypatch):
     _, path = tiny
     p = make_proposer(monkeypatch, path, k=3, method="ngram")
     assert p.model is None and p.allocator is None
-    p.bind_runner(FakeRunner(["a", "b"]))
+    attach(p, FakeRunner(["a", "b"]))
     n, arr = Batch([[1, 2, 3, 4, 1, 2, 3], [5, 6, 7]]).arrays()
     d = p.propose([[3], [7]], n, arr)
     assert d == [[4, 1, 2], []]                       # b: nothing to look up
@@ -188,8 +204,8 @@ def test_ngram_drafts_the_continuation_of_a_finished_request(tiny, monkeypatch):
     n, arr = Batch([[20, 21, 22, 23, 24, 25, 26, 27]]).arrays()
     runner.input_batch.req_id_to_index = {"a": 0}
     runner.input_batch.token_ids_cpu, runner.input_batch.num_tokens_no_spec = arr, n
-    p.bind_runner(runner)
-    p.on_scheduler_output(SimpleNamespace(finished_req_ids={"a"}, preempted_req_ids=set()))
+    attach(p, runner)
+    p.on_scheduler_output(scheduled(finished={"a"}))
     assert len(p.planner.corpus) == 8
     runner.input_batch.req_ids = ["b", "c"]
     n, arr = Batch([[5, 21, 22, 23], [21, 22, 23, 9, 5, 21, 22, 23]]).arrays()
@@ -206,7 +222,7 @@ def test_hybrid_keeps_the_draft_kv_consistent_across_ngram_rounds(tiny, monkeypa
     continuation of the whole sequence (as if it had drafted every round)."""
     model, path = tiny
     p = make_proposer(monkeypatch, path, k=3, method="hybrid")
-    p.bind_runner(FakeRunner(["a"]))
+    attach(p, FakeRunner(["a"]))
     seq = [10, 11, 12, 13]                            # no repeats: model round
     n, arr = Batch([seq]).arrays()
     d = p.propose([[13]], n, arr)
@@ -233,7 +249,7 @@ def test_hybrid_chooses_the_source_by_measured_acceptance_per_request(tiny, monk
     drafts have kept failing, "b"'s have not: a drafts with the model, b with n-gram."""
     _, path = tiny
     p = make_proposer(monkeypatch, path, k=3, method="hybrid")
-    p.bind_runner(FakeRunner(["a", "b"]))
+    attach(p, FakeRunner(["a", "b"]))
     for _ in range(12):
         p.controllers["ngram"].observe_round("a", 3, 0)
         p.controllers["ngram"].observe_round("b", 3, 3)
@@ -248,7 +264,7 @@ def test_hybrid_mixed_batch_publishes_q_for_ngram_rows_too(tiny, monkeypatch):
     _, path = tiny
     p = make_proposer(monkeypatch, path, k=3, method="hybrid")
     runner = FakeRunner(["a", "b"], temps={"a": 1.0, "b": 1.0})
-    p.bind_runner(runner)
+    attach(p, runner)
     n, arr = Batch([[1, 2, 3, 1, 2, 3, 1, 2], [20, 21, 22]]).arrays()
     d = p.propose([[2], [22]], n, arr)
     assert d[0] == [3, 1, 2]                            # n-gram
@@ -262,7 +278,7 @@ def test_no_drafts_past_the_requests_max_tokens(tiny, monkeypatch):
     max_tokens) are not proposed, so the target does not verify them."""
     model, path = tiny
     p = make_proposer(monkeypatch, path, k=3)
-    p.bind_runner(FakeRunner(["a", "b"], max_tokens={"a": 7}))  # prompt length 0 here
+    attach(p, FakeRunner(["a", "b"], max_tokens={"a": 7}))  # prompt length 0 here
     seqs = [[1, 2, 3, 4, 5], [7, 8]]
     n, arr = Batch(seqs).arrays()
     d = p.propose([[5], [8]], n, arr)
@@ -276,7 +292,7 @@ def test_no_drafts_past_the_requests_max_tokens(tiny, monkeypatch):
 def test_adaptive_k_drops_to_zero_for_a_request_that_never_accepts(tiny, monkeypatch):
     _, path = tiny
     p = make_proposer(monkeypatch, path, k=4, adaptive=True)
-    p.bind_runner(FakeRunner(["a"]))
+    attach(p, FakeRunner(["a"]))
     seq = [1, 2, 3]
     ks = []
     for step in range(30):
@@ -292,7 +308,7 @@ def _hybrid_with_costs(monkeypatch, path, ids, sigma_s):
     """Hybrid + adaptive k = 4 over rows ``ids``, both controllers having measured a flat
     T(n) = 10 ms (drafting costs no forward time) and σ = ``sigma_s`` seconds."""
     p = make_proposer(monkeypatch, path, k=4, method="hybrid", adaptive=True)
-    p.bind_runner(FakeRunner(ids))
+    attach(p, FakeRunner(ids))
     for c in p.controllers.values():
         for n in (1, 8, 16):
             c.observe_target_step(0.01, n)
@@ -335,7 +351,7 @@ def test_a_row_held_for_its_alpha_keeps_the_step_open_when_a_long_match_could_pa
     could get, so a bucket of long matches accepted in full keeps the step planned."""
     _, path = tiny
     p = make_proposer(monkeypatch, path, k=8, method="hybrid", adaptive=True)
-    p.bind_runner(FakeRunner(["a"]))
+    attach(p, FakeRunner(["a"]))
     choices = {"ngram": {"a": (0, "adaptive")}, "draft": {"a": (0, "adaptive")}}
     estimates = {"ngram": (p._ngram_alpha, 0.05, 0.3),
                  "draft": (p.controllers["draft"].alpha, 0.3, 0.3)}
@@ -343,7 +359,7 @@ def test_a_row_held_for_its_alpha_keeps_the_step_open_when_a_long_match_could_pa
         p.controllers["ngram"].observe_round("a", 4, 0)  # its own rounds all failed
     assert p._held([0], ["a"], 1, choices, estimates) == {"a": "adaptive"}
     for _ in range(10):
-        p.match_alpha.observe(("corpus", 7), drafted=8, accepted=8)
+        p.match_alpha.get(UNSALTED).observe(("corpus", 7), drafted=8, accepted=8)
     assert p._held([0], ["a"], 1, choices, estimates) is None
 
 
@@ -352,7 +368,7 @@ def test_long_catch_up_is_chunked_under_the_prefill_budget(tiny, monkeypatch):
     nothing until caught up; a short request in the same batch drafts every round."""
     model, path = tiny
     p = make_proposer(monkeypatch, path, k=3, max_model_len=256, draft_prefill_budget=40)
-    p.bind_runner(FakeRunner(["long", "short"]))
+    attach(p, FakeRunner(["long", "short"]))
     g = torch.Generator().manual_seed(3)
     long = torch.randint(4, V, (100,), generator=g).tolist()
     short = [5, 6, 7]
@@ -374,7 +390,7 @@ def test_long_catch_up_is_chunked_under_the_prefill_budget(tiny, monkeypatch):
 def test_rows_with_different_k_draft_their_own_continuations(tiny, monkeypatch):
     model, path = tiny
     p = make_proposer(monkeypatch, path, k=4, max_model_len=40)
-    p.bind_runner(FakeRunner(["a", "b", "c"]))
+    attach(p, FakeRunner(["a", "b", "c"]))
     rows = [list(range(10, 47)), [3, 4, 5], list(range(20, 56))]   # L=37: k 2; L=36: k 3
     n, arr = Batch(rows).arrays(64)
     d = p.propose([[46], [5], [55]], n, arr)
@@ -412,6 +428,6 @@ def test_held_rows_measure_ngram_acceptance_by_shadow_proposals(tiny, monkeypatc
     p.propose([[9]] * 6, n, arr)
     assert (p.stats.shadow_drafted, p.stats.shadow_accepted) == (4 * 6, SHADOW_ROWS)
     assert p.controllers["ngram"].alpha(first[0]) < alpha0
-    assert list(p.match_alpha._counts) == [("own", 4)]      # the bucket learned too
-    assert p.match_alpha.bucket_alpha(("own", 4), 0.6) < 0.6
+    assert list(p.match_alpha.get(UNSALTED)._counts) == [("own", 4)]      # the bucket learned too
+    assert p.match_alpha.get(UNSALTED).bucket_alpha(("own", 4), 0.6) < 0.6
     assert p.stats.drafted == 0              # the target verified nothing
