@@ -33,10 +33,10 @@ def register() -> None:
     installs pass-through wrappers that act only when our proposer is configured:
     request validation and config creation (on configs selecting it), the
     EngineCore half of ``compat.draft_ids_return`` (on model outputs that our
-    proposer's worker marked) and ``compat.request_scope`` (on schedulers whose config
-    selects our proposer). Every other patch of vLLM internals is installed later,
-    and only when our proposer is actually configured (see ``compat``), so an
-    installed but unselected plugin changes nothing.
+    proposer's worker marked), ``compat.request_scope`` and ``compat.scheduler_plan``
+    (on schedulers whose config selects our proposer). Every other patch of vLLM
+    internals is installed later, and only when our proposer is actually configured
+    (see ``compat``), so an installed but unselected plugin changes nothing.
     """
     global _registered
     if _registered:
@@ -64,6 +64,10 @@ def register() -> None:
     from vllm_specdec_plugin.compat import request_scope
 
     request_scope.install_engine()
+    # EngineCore: waiting prefills come before drafts (``step_plan``).
+    from vllm_specdec_plugin.compat import scheduler_plan
+
+    scheduler_plan.install_engine()
     _registered = True
     _trace_registration()
 

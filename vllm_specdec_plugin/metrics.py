@@ -27,6 +27,7 @@ NO_DRAFT_REASONS = ("pool_full", "length_guard", "adaptive", "load", "ngram_miss
 STEP_KINDS = ("verify", "plain")
 SOURCES = ("draft", "ngram", "none")
 SHADOW_OUTCOMES = ("drafted", "accepted")
+PLAN_OUTCOMES = ("kept", "cut")
 
 _families: dict | None = None  # one set of collectors per process (registries reject duplicates)
 
@@ -70,6 +71,10 @@ def _create_families() -> dict:
                             m, multiprocess_mode="mostrecent"),
         # mostrecent: one value per worker pool; a restarted worker's value replaces
         # the old one instead of being summed with it.
+        "plan_tokens": Counter("specdec_step_plan_verify_tokens",
+                               "Draft tokens of steps that carried a prefill, by what the step "
+                               "plan did with them: kept (verified) or cut (never verified).",
+                               m + ("outcome",)),
         "blocks_used": Gauge("specdec_draft_kv_blocks_used", "Draft KV cache blocks in use.",
                              m, multiprocess_mode="mostrecent"),
         "blocks_total": Gauge("specdec_draft_kv_blocks_total", "Draft KV cache blocks in the pool.",
@@ -77,14 +82,32 @@ def _create_families() -> dict:
     }
 
 
+def _bound(model_name: str) -> tuple[dict, dict]:
+    global _families
+    if _families is None:
+        _families = _create_families()
+    return _families, {"model_name": model_name}
+
+
+class PlanMetrics:
+    """The step plan's collectors (EngineCore process, ``compat.scheduler_plan``)."""
+
+    def __init__(self, model_name: str):
+        f, lab = _bound(model_name)
+        self._tokens = {o: f["plan_tokens"].labels(outcome=o, **lab) for o in PLAN_OUTCOMES}
+        for c in self._tokens.values():
+            c.inc(0)
+
+    def verify_tokens(self, kept: int, cut: int) -> None:
+        self._tokens["kept"].inc(kept)
+        self._tokens["cut"].inc(cut)
+
+
 class ProposerMetrics:
     """Bound (model_name-labelled) collectors for one proposer. Cheap to call per step."""
 
     def __init__(self, model_name: str):
-        global _families
-        if _families is None:
-            _families = _create_families()
-        f, lab = _families, {"model_name": model_name}
+        f, lab = _bound(model_name)
         self._draft_tokens = f["draft_tokens"].labels(**lab)
         self._accepted = f["accepted_tokens"].labels(**lab)
         self._request_rate = f["request_rate"].labels(**lab)

@@ -21,8 +21,16 @@ How: two halves, both pass-throughs unless our proposer is configured.
   with the RPC's result (nothing touches the scheduler in between); the second then
   skips the RPC for that step. A step whose output lacks the attribute (batch queue,
   no sampling) takes the RPC as before.
+  First tokens: a step that completes a prompt (``scheduler_plan`` marks it on the
+  SchedulerOutput, ``runner_hooks`` notes it on the runner) returns its output with
+  the drafting captured, not run, and no drafts attached; ``take_draft_token_ids``
+  (wrapped) drafts when post_step's RPC asks. EngineCore queues the step's outputs
+  before post_step, so the first token leaves before the draft round and the new
+  request's draft prefill (the same cut as vLLM pull request 23041 made for async
+  scheduling). ``take_draft_token_ids`` also attaches the proposer's ``plan_hint()``
+  to the DraftTokenIds for ``scheduler_plan``.
 Upstream: ModelRunnerOutput carrying the drafts, or async scheduling that supports
-  ``custom_class`` proposers.
+  ``custom_class`` proposers (it returns sampled tokens before drafting).
 Remove when: either lands in vLLM.
 """
 
@@ -30,17 +38,23 @@ from __future__ import annotations
 
 import sys
 
+from vllm_specdec_plugin.compat.scheduler_plan import HINT_ATTR
+
 ATTR = "specdec_draft_ids"      # on ModelRunnerOutput: (DraftTokenIds | None,)
+FIRST_TOKENS = "_specdec_first_tokens"  # on the runner: this step's first-token ids
+_DEFERRED = "_specdec_deferred_propose"  # on the runner: (propose, args, kwargs)
 _APPLIED = "_specdec_drafts_applied"   # on the Scheduler: this step's drafts are in
 _worker_installed = False
-# Steps of this process's engine whose drafts came with the output / needed the RPC
-# (tests read them in-process; the second stays 0 while the first counts).
-counts = {"carried": 0, "rpc": 0}
+# Steps of this process's engine whose drafts came with the output / needed the RPC,
+# and this process's worker steps whose drafting waited for the RPC (tests read them
+# in-process; "rpc" stays 0 until a first token defers a step's drafting).
+counts = {"carried": 0, "rpc": 0, "deferred": 0}
 _engine_installed = False
 
 
 def install_worker() -> None:
-    """Wrap GPUModelRunner.sample_tokens (idempotent; from our proposer's constructor)."""
+    """Wrap GPUModelRunner.sample_tokens and take_draft_token_ids (idempotent; from our
+    proposer's constructor)."""
     global _worker_installed
     if _worker_installed:
         return
@@ -49,18 +63,57 @@ def install_worker() -> None:
 
     from vllm_specdec_plugin.compat.runner_hooks import drafter_is_ours
 
-    original = gmr.GPUModelRunner.sample_tokens
+    original, take = gmr.GPUModelRunner.sample_tokens, gmr.GPUModelRunner.take_draft_token_ids
 
     def sample_tokens(self, *args, **kwargs):  # noqa: ANN001 - vLLM signature
+        if self.use_async_scheduling or not drafter_is_ours(self):
+            return original(self, *args, **kwargs)
+        if getattr(self, FIRST_TOKENS, None):
+            # A first token leaves with this output; the drafting runs at the RPC.
+            return _sampled_drafting_later(self, original, args, kwargs)
         out = original(self, *args, **kwargs)
-        if (type(out) is ModelRunnerOutput and out is not EMPTY_MODEL_RUNNER_OUTPUT
-                and not self.use_async_scheduling and drafter_is_ours(self)):
+        if type(out) is ModelRunnerOutput and out is not EMPTY_MODEL_RUNNER_OUTPUT:
             setattr(out, ATTR, (self.take_draft_token_ids(),))
         return out
 
+    def take_draft_token_ids(self):  # noqa: ANN001 - vLLM signature
+        pending = self.__dict__.pop(_DEFERRED, None)
+        if pending is not None:
+            propose, args, kwargs = pending
+            self._draft_token_ids = propose(*args, **kwargs)
+            self._copy_draft_token_ids_to_cpu(args[0])
+        out = take(self)
+        hint = getattr(self.drafter, "plan_hint", None) if drafter_is_ours(self) else None
+        if out is not None and hint is not None:
+            setattr(out, HINT_ATTR, hint())
+        return out
+
     sample_tokens.__wrapped__ = original  # type: ignore[attr-defined]
+    take_draft_token_ids.__wrapped__ = take  # type: ignore[attr-defined]
     gmr.GPUModelRunner.sample_tokens = sample_tokens
+    gmr.GPUModelRunner.take_draft_token_ids = take_draft_token_ids
     _worker_installed = True
+
+
+def _sampled_drafting_later(runner, sample_tokens, args, kwargs):  # noqa: ANN001
+    """Run vLLM's sample_tokens with the drafting call captured, not run: the output
+    goes back without drafts, and ``take_draft_token_ids`` (post_step's RPC) drafts."""
+    own = runner.__dict__.get("propose_draft_token_ids")  # benchmark timers wrap it
+    propose = runner.propose_draft_token_ids
+
+    def capture(*args, **kwargs):  # noqa: ANN001 - vLLM signature
+        runner.__dict__[_DEFERRED] = (propose, args, kwargs)
+        counts["deferred"] += 1
+        return [[] for _ in runner.input_batch.req_ids]
+
+    runner.propose_draft_token_ids = capture
+    try:
+        return sample_tokens(runner, *args, **kwargs)
+    finally:
+        if own is None:
+            del runner.propose_draft_token_ids
+        else:
+            runner.propose_draft_token_ids = own
 
 
 def install_engine() -> None:

@@ -43,14 +43,14 @@ def install_engine() -> None:
 
     def finish_requests_(self, request_ids, finished_status):  # noqa: ANN001
         finished = finish_requests(self, request_ids, finished_status)
-        if finished_status == RequestStatus.FINISHED_ABORTED and _ours(self):
+        if finished_status == RequestStatus.FINISHED_ABORTED and ours(self):
             # the requests it aborted (not those already finished)
             getattr(self, _ABORTED).update(r.request_id for r in finished or ())
         return finished
 
     def schedule_(self, *args, **kwargs):  # noqa: ANN001
         out = schedule(self, *args, **kwargs)
-        if _ours(self):
+        if ours(self):
             salts = {}
             for new in out.scheduled_new_reqs:
                 req = self.requests.get(new.req_id)
@@ -67,15 +67,16 @@ def install_engine() -> None:
     _installed = True
 
 
-def _ours(scheduler: Any) -> bool:
-    ours = getattr(scheduler, _OURS, None)
-    if ours is None:
+def ours(scheduler: Any) -> bool:
+    """True when the scheduler's config selects our proposer (cached on it)."""
+    flag = getattr(scheduler, _OURS, None)
+    if flag is None:
         from vllm_specdec_plugin.compat.rejection_adapter import is_ours
 
-        ours = is_ours(getattr(scheduler.vllm_config, "speculative_config", None))
-        setattr(scheduler, _OURS, ours)
+        flag = is_ours(getattr(scheduler.vllm_config, "speculative_config", None))
+        setattr(scheduler, _OURS, flag)
         setattr(scheduler, _ABORTED, set())
-    return ours
+    return flag
 
 
 def read(scheduler_output: Any) -> tuple[dict[str, str | None], frozenset[str]] | None:

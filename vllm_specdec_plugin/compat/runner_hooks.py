@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from vllm_specdec_plugin.compat import cpu_generators
+from vllm_specdec_plugin.compat import cpu_generators, draft_ids_return, scheduler_plan
 
 _installed = False
 
@@ -43,6 +43,9 @@ def install() -> None:
     def _update_states(self, scheduler_output):  # noqa: ANN001 - vLLM signature
         ours = drafter_is_ours(self)
         if ours:
+            # which rows sample a first token this step (draft_ids_return defers drafting)
+            setattr(self, draft_ids_return.FIRST_TOKENS,
+                    scheduler_plan.read_first_tokens(scheduler_output))
             self.drafter.bind_runner(self)
             self.drafter.on_scheduler_output(scheduler_output)
         result = original(self, scheduler_output)

@@ -1,0 +1,111 @@
+"""The step plan: prefills first, then the verify tokens most likely accepted."""
+
+from types import SimpleNamespace
+
+from vllm_specdec_plugin import step_plan
+from vllm_specdec_plugin.compat import scheduler_plan
+from vllm_specdec_plugin.step_plan import Row, StepCost, keep_drafts, verify_allowance
+
+COST = StepCost(intercept_s=0.010, per_token_s=0.001, per_prefill_token_s=0.0005)
+
+
+def test_no_prefill_keeps_every_draft():
+    rows = [Row("a", 4, 0.9), Row("b", 8, 0.1)]
+    assert keep_drafts(rows, decode_rows=2, prefill_tokens=0, prefilling=0,
+                       token_budget=16, cost=COST) == {"a": 4, "b": 8}
+
+
+def test_allowance_is_the_slack_of_the_step_without_drafts():
+    # base = 10 ms + 16 x 1 ms + 200 x 0.5 ms = 126 ms; 5 % of it = 6.3 ms = 6 tokens
+    assert verify_allowance(decode_rows=16, prefill_tokens=200, token_budget=2048,
+                            cost=COST, slack=0.05) == 6
+    # the token budget binds before the slack
+    assert verify_allowance(decode_rows=16, prefill_tokens=2030, token_budget=2048,
+                            cost=COST, slack=0.5) == 2
+    assert verify_allowance(decode_rows=16, prefill_tokens=4000, token_budget=2048,
+                            cost=COST) == 0
+    # without a cost model only the budget binds
+    assert verify_allowance(decode_rows=4, prefill_tokens=10, token_budget=64, cost=None) == 50
+
+
+def test_keeps_the_positions_most_likely_accepted():
+    rows = [Row("hi", 4, 0.9), Row("lo", 4, 0.3)]
+    cost = StepCost(0.0, 0.001, 0.0)
+    # decode_rows 2 + prefill 0 ... base 2 ms; slack 1.0 -> 2 tokens, then 3
+    keep = keep_drafts(rows, decode_rows=2, prefill_tokens=98, prefilling=1,
+                       token_budget=103, cost=None)
+    assert sum(keep.values()) == 3
+    # 0.9, 0.81, 0.729 all beat 0.3
+    assert keep == {"hi": 3, "lo": 0}
+    keep = keep_drafts(rows, decode_rows=2, prefill_tokens=0, prefilling=1,
+                       token_budget=100, cost=cost, slack=2.5)  # 5 tokens
+    # 0.9 .81 .729 .656 then 0.3 (beats .59 of a fifth, which does not exist)
+    assert keep == {"hi": 4, "lo": 1}
+
+
+def test_unknown_alpha_takes_the_mean_and_rows_take_turns():
+    rows = [Row("a", 3), Row("b", 3), Row("c", 3)]
+    keep = keep_drafts(rows, decode_rows=3, prefill_tokens=10, prefilling=1,
+                       token_budget=17, cost=None)  # 4 verify tokens
+    assert sorted(keep.values()) == [1, 1, 2]
+    assert sum(keep.values()) == 4
+
+
+def _req(rid, prompt, computed, outputs=0, spec=()):
+    return SimpleNamespace(request_id=rid, num_prompt_tokens=prompt,
+                           num_computed_tokens=computed, num_tokens=prompt + outputs,
+                           num_output_tokens=outputs, spec_token_ids=list(spec))
+
+
+def _scheduler(running, waiting, budget=64, slots=8, hint=None):
+    s = SimpleNamespace(running=running, waiting=waiting, kv_holding_waiting=[],
+                        max_num_scheduled_tokens=budget, max_num_active_reqs=slots)
+    if hint is not None:
+        setattr(s, scheduler_plan._HINT, hint)
+    setattr(s, scheduler_plan._METRICS, SimpleNamespace(verify_tokens=lambda k, c: None))
+    return s
+
+
+def test_scheduler_cuts_drafts_for_a_waiting_prompt():
+    a = _req("a", 10, 13, outputs=4, spec=[1, 2, 3, 4])
+    b = _req("b", 10, 13, outputs=4, spec=[5, 6, 7, 8])
+    new = _req("n", 50, 0)
+    s = _scheduler([a, b], [new], budget=60)  # 60 - 2 rows - 50 prompt = 8 -> all kept
+    scheduler_plan._plan(s)
+    assert a.spec_token_ids == [1, 2, 3, 4] and b.spec_token_ids == [5, 6, 7, 8]
+    s = _scheduler([a, b], [new], budget=57, hint=(None, {"a": 0.9, "b": 0.1}))  # room 5
+    before = dict(scheduler_plan.counts)
+    scheduler_plan._plan(s)
+    assert a.spec_token_ids == [1, 2, 3, 4] and b.spec_token_ids == [5]
+    assert scheduler_plan.counts["cut"] - before["cut"] == 3
+    assert scheduler_plan.counts["kept"] - before["kept"] == 5
+
+
+def test_scheduler_keeps_drafts_when_nobody_waits_or_no_slot():
+    a = _req("a", 10, 13, outputs=4, spec=[1, 2, 3, 4])
+    scheduler_plan._plan(_scheduler([a], [], budget=3))
+    assert a.spec_token_ids == [1, 2, 3, 4]
+    scheduler_plan._plan(_scheduler([a], [_req("n", 50, 0)], budget=3, slots=1))
+    assert a.spec_token_ids == [1, 2, 3, 4]  # the waiting one cannot be admitted anyway
+
+
+def test_a_running_chunked_prefill_counts_as_prefilling():
+    a = _req("a", 10, 13, outputs=4, spec=[1, 2, 3, 4])
+    chunk = _req("c", 100, 40)
+    scheduler_plan._plan(_scheduler([a, chunk], [], budget=63))  # 63 - 1 - 60 = 2
+    assert a.spec_token_ids == [1, 2]
+
+
+def test_first_tokens_marks_prompts_completed_this_step():
+    reqs = {"done": _req("done", 10, 10),          # scheduled 10: whole prompt now
+            "chunk": _req("chunk", 100, 50),       # scheduled 50 of 100
+            "last": _req("last", 100, 100),        # scheduled the last 40
+            "dec": _req("dec", 10, 12, outputs=2)}
+    out = SimpleNamespace(num_scheduled_tokens={"done": 10, "chunk": 50, "last": 40, "dec": 1})
+    s = SimpleNamespace(requests=reqs)
+    assert scheduler_plan.first_tokens(s, out) == {"done", "last"}
+
+
+def test_step_plan_is_vllm_free():
+    import inspect
+    assert "vllm." not in inspect.getsource(step_plan).replace("vllm_specdec_plugin", "")

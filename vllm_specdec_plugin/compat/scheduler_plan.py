@@ -1,0 +1,144 @@
+"""The step plan at vLLM's scheduler: prefills first, then the drafts worth verifying.
+
+Why: vLLM 0.32's ``Scheduler.schedule`` gives the running rows their 1 + k tokens
+  before it admits any waiting request, out of one token budget, and the worker sees
+  neither the waiting queue nor the budget. Under load a new request's first token
+  then waits for every row's verification (measured: median TTFT 2.2-7.5x no
+  speculation at concurrency >= 8 on the bench and nopay pairs, 2026-11-25).
+How: ``Scheduler.schedule`` is wrapped (installed from ``register()``; a pass-through
+  unless the scheduler's config selects our proposer). Before vLLM schedules, when a
+  running request is still prefilling or a waiting one can be admitted, the running
+  requests' ``spec_token_ids`` are cut to what ``step_plan.keep_drafts`` keeps (a
+  prefix of each proposal: exact). After it schedules, the SchedulerOutput carries
+  ``specdec_first_tokens``: the ids whose prompt completes in this step, so the worker
+  can return their first token before it drafts (``draft_ids_return``).
+  ``Scheduler.update_draft_token_ids`` is wrapped to read the worker's plan hint
+  (``HINT_ATTR`` on the DraftTokenIds: per-request acceptance and the fitted step
+  cost). Kept and cut verify tokens count in ``specdec_step_plan_verify_tokens_total``.
+Upstream: a scheduler policy for speculative tokens that knows the waiting queue
+  (vLLM schedules running requests' drafts unconditionally).
+Remove when: vLLM budgets draft tokens against waiting prefills itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from vllm_specdec_plugin import step_plan
+
+FIRST_TOKENS_ATTR = "specdec_first_tokens"  # on SchedulerOutput: frozenset of req ids
+HINT_ATTR = "specdec_plan_hint"  # on DraftTokenIds: (StepCost | None, {req_id: alpha})
+_HINT = "_specdec_plan_hint"     # on the Scheduler: the latest hint
+_METRICS = "_specdec_plan_metrics"
+_installed = False
+# This process's kept / cut verify tokens in steps the plan decided (tests read them).
+counts = {"kept": 0, "cut": 0, "steps": 0}
+
+
+def install_engine() -> None:
+    """Wrap Scheduler.schedule and Scheduler.update_draft_token_ids (idempotent). Only
+    where vLLM's EngineCore module is loaded (as ``request_scope.install_engine``)."""
+    global _installed
+    if _installed or "vllm.v1.engine.core" not in sys.modules:
+        return
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from vllm_specdec_plugin.compat.request_scope import ours
+
+    schedule, update_draft = Scheduler.schedule, Scheduler.update_draft_token_ids
+
+    def schedule_(self, *args, **kwargs):  # noqa: ANN001
+        if not ours(self):
+            return schedule(self, *args, **kwargs)
+        _plan(self)
+        out = schedule(self, *args, **kwargs)
+        setattr(out, FIRST_TOKENS_ATTR, first_tokens(self, out))
+        return out
+
+    def update_draft_token_ids_(self, draft_token_ids):  # noqa: ANN001
+        hint = getattr(draft_token_ids, HINT_ATTR, None)
+        if hint is not None:
+            setattr(self, _HINT, hint)
+        return update_draft(self, draft_token_ids)
+
+    schedule_.__wrapped__ = schedule  # type: ignore[attr-defined]
+    update_draft_token_ids_.__wrapped__ = update_draft  # type: ignore[attr-defined]
+    Scheduler.schedule = schedule_
+    Scheduler.update_draft_token_ids = update_draft_token_ids_
+    _installed = True
+
+
+def _plan(scheduler: Any) -> None:
+    """Cut the running requests' drafts for the step about to be scheduled."""
+    running = list(scheduler.running)
+    budget = int(scheduler.max_num_scheduled_tokens)
+    prefill_tokens = prefilling = decode_rows = 0
+    rows = []
+    cost, alphas = getattr(scheduler, _HINT, (None, {}))
+    for req in running:
+        if req.num_computed_tokens < req.num_prompt_tokens:
+            prefilling += 1
+            prefill_tokens += req.num_tokens - req.num_computed_tokens
+            continue
+        decode_rows += 1
+        if req.spec_token_ids:
+            rows.append(step_plan.Row(req.request_id, len(req.spec_token_ids),
+                                      alphas.get(req.request_id)))
+    slots = scheduler.max_num_active_reqs - len(running)
+    for queue in (scheduler.kv_holding_waiting, scheduler.waiting):
+        for req in queue:
+            if slots <= 0:
+                break
+            slots -= 1
+            prefilling += 1
+            # an upper bound: prefix-cache hits are known only once it is scheduled
+            prefill_tokens += req.num_tokens - req.num_computed_tokens
+    if not rows or not prefilling:
+        return
+    keep = step_plan.keep_drafts(rows, decode_rows=decode_rows,
+                                 prefill_tokens=min(prefill_tokens, budget),
+                                 prefilling=prefilling, token_budget=budget, cost=cost)
+    kept = cut = 0
+    for req in running:
+        n = keep.get(req.request_id)
+        if n is None:
+            continue
+        kept += n
+        cut += len(req.spec_token_ids) - n
+        if n < len(req.spec_token_ids):
+            req.spec_token_ids = req.spec_token_ids[:n]
+    counts["kept"] += kept
+    counts["cut"] += cut
+    counts["steps"] += 1
+    _metrics(scheduler).verify_tokens(kept, cut)
+
+
+def first_tokens(scheduler: Any, out: Any) -> frozenset[str]:
+    """Ids of the requests whose prompt this step completes (they sample a first token)."""
+    ids = set()
+    for rid, n in out.num_scheduled_tokens.items():
+        req = scheduler.requests.get(rid)
+        # num_computed_tokens already counts this step's tokens (vLLM advances it in
+        # schedule()); a first token needs the whole prompt and no output yet.
+        if req is not None and req.num_output_tokens == 0 \
+                and req.num_computed_tokens >= req.num_prompt_tokens \
+                and req.num_computed_tokens - n < req.num_prompt_tokens:
+            ids.add(rid)
+    return frozenset(ids)
+
+
+def read_first_tokens(scheduler_output: Any) -> frozenset[str] | None:
+    """The ids ``first_tokens`` marked on a SchedulerOutput; None when not attached."""
+    return getattr(scheduler_output, FIRST_TOKENS_ATTR, None)
+
+
+def _metrics(scheduler: Any):
+    m = getattr(scheduler, _METRICS, None)
+    if m is None:
+        from vllm_specdec_plugin.metrics import PlanMetrics
+
+        mc = scheduler.vllm_config.model_config
+        m = PlanMetrics(str(getattr(mc, "served_model_name", None) or mc.model))
+        setattr(scheduler, _METRICS, m)
+    return m

@@ -1,0 +1,94 @@
+"""Which verify tokens a step keeps when a request is waiting for its first token.
+
+vLLM schedules the running rows' 1 + k tokens before any waiting request, out of the
+same token budget, and a step takes time in proportion to its tokens (on a CPU a verify
+token costs about what a decode token does). So every verify token in a step that
+carries a prefill delays that request's first token, and may push its prefill out of
+the budget. The plan therefore gives prefills the budget first and lets verify tokens
+lengthen such a step by at most ``TTFT_SLACK`` of its predicted time without them.
+Within that allowance it keeps the drafts most likely to be accepted: position j of a
+row with per-token acceptance α is worth α^j expected tokens.
+
+Steps with no prefill keep every draft: the proposer priced k for them already.
+Cutting drafts is always exact: the target verifies a prefix of the same proposal.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+# Verify tokens may lengthen a step that carries a prefill by at most this share of its
+# time without them (the TTFT target is 1.10x no speculation; drafting takes the rest).
+TTFT_SLACK = 0.05
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Predicted target step time T = a + b·(decode + verify tokens) + p·(prefill tokens)."""
+
+    intercept_s: float           # a
+    per_token_s: float           # b: one decode or verify token
+    per_prefill_token_s: float   # p: one prompt token
+
+    def seconds(self, tokens: int, prefill_tokens: int = 0) -> float:
+        return self.intercept_s + self.per_token_s * tokens \
+            + self.per_prefill_token_s * prefill_tokens
+
+
+@dataclass(frozen=True)
+class Row:
+    """A running request with ``drafts`` scheduled-to-be-verified tokens; ``alpha`` is
+    its per-token acceptance estimate (None: unknown)."""
+
+    req_id: str
+    drafts: int
+    alpha: float | None = None
+
+
+def verify_allowance(*, decode_rows: int, prefill_tokens: int, token_budget: int,
+                     cost: StepCost | None, slack: float = TTFT_SLACK) -> int:
+    """Verify tokens a step carrying ``prefill_tokens`` may hold: what fits in the token
+    budget beside the prefills and decode rows, and (with a cost model) what lengthens
+    the step by at most ``slack`` of its time without drafts."""
+    room = token_budget - decode_rows - prefill_tokens
+    if cost is not None and cost.per_token_s > 0:
+        base = cost.seconds(decode_rows, prefill_tokens)
+        room = min(room, math.floor(slack * base / cost.per_token_s))
+    return max(0, room)
+
+
+def keep_drafts(rows: list[Row], *, decode_rows: int, prefill_tokens: int,
+                prefilling: int, token_budget: int, cost: StepCost | None,
+                slack: float = TTFT_SLACK) -> dict[str, int]:
+    """Drafts to keep per request id, for a step about to be scheduled.
+
+    rows: running requests holding drafts. decode_rows: running requests past their
+    prompt (each runs 1 token besides its drafts). prefill_tokens: prompt tokens the
+    step will prefill (running chunks and admissible waiting requests, capped to the
+    budget). prefilling: how many requests those are; 0 keeps every draft.
+    """
+    if prefilling <= 0:
+        return {r.req_id: r.drafts for r in rows}
+    allowance = verify_allowance(decode_rows=decode_rows, prefill_tokens=prefill_tokens,
+                                 token_budget=token_budget, cost=cost, slack=slack)
+    known = [r.alpha for r in rows if r.alpha is not None]
+    default = sum(known) / len(known) if known else 0.5
+    keep = {r.req_id: 0 for r in rows}
+    # Max-heap of the next position of each row, by α^j (ties: earlier rows first).
+    heap = []
+    for i, r in enumerate(rows):
+        a = min(max(r.alpha if r.alpha is not None else default, 0.0), 1.0)
+        if r.drafts > 0:
+            heap.append((-a, i, a, 1))
+    heapq.heapify(heap)
+    while heap and allowance > 0:
+        _, i, a, j = heapq.heappop(heap)
+        r = rows[i]
+        keep[r.req_id] = j
+        allowance -= 1
+        if j < r.drafts:
+            heapq.heappush(heap, (-(a ** (j + 1)), i, a, j + 1))
+    return keep
