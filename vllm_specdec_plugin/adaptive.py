@@ -1,206 +1,51 @@
 """Adaptive k: how many draft tokens each request gets per round (pure Python).
 
+The controller: per-request and per-scope acceptance, the rule that picks k, and
+probing. The mathematics is in ``speedup``; the costs come from ``step_cost``
+(T(n), σ, the draft fit), shared by every controller of a proposer.
+
 Rule (per engine step at batch size B, per request with acceptance estimate α):
 
-- Tokens emitted per verification with k drafts, per-token acceptance α (geometric
-  model): E[N](α,k) = (1 - α^(k+1)) / (1 - α), and k+1 at α = 1.
 - Cost of one round relative to a plain (no-draft) target step at batch B:
-  1 + σ(B) + k·c' + k·v(B). σ(B) = s / T(B) is the fixed cost of a step that
-  verifies drafts at all (s: seconds of the exact rejection sampler, which a plain
-  step does not run; the median of the last ``SPEC_WINDOW`` measurements, the very
-  first skipped as it pays one-time set-up; 0 until measured).
-  c'(B) = (a_d + b_d·B) / T(B): one more draft forward over B rows, in plain steps.
-  A draft round of P forwards over N tokens in all takes P·a_d + N·b_d seconds
-  (a forward's fixed cost, plus its cost per token), fit by exponentially weighted
-  least squares without intercept (newest round weighted ``ema``). A lazy-prefill
-  catch-up (a new prompt, or a request resuming after a hold) adds tokens, not
-  forwards, so it does not read as dearer drafting. ``c_prime_default`` until the
-  first round. The target step time is T(n) = a + b·n in n = tokens in the
-  step, fit online by exponentially weighted least squares (forgetting factor
-  ``fit_decay`` per sample) on every step, plain and verify. Verifying k more tokens
-  per request adds k·b·B, so v(B) = b·B / (a + b·B): ~0 at small B (fixed overhead
-  dominates), -> 1 at large B, which switches speculation off under load. v = 0
-  until a fit exists.
+  1 + σ(B) + k·(c' + v(B)) (``step_cost``: σ the fixed cost of a verifying step,
+  c'(B) one more draft forward over B rows, ``c_prime_default`` until measured or for
+  a source that runs no draft forward, v(B) = b·B / (a + b·B) the verify cost per
+  draft token, ~0 at small B and -> 1 at large B, which switches speculation off
+  under load).
 - Speedup S(k) = E[N](α,k) / (1 + σ(B) + k·(c' + v(B))), S(0) = 1. k* = argmax over
   0..k_max, ties to the smaller k; k = k* if S(k*) > 1 + min_gain, else 0.
 - α per request: successes = accepted, trials = accepted + (1 if accepted < drafted
   else 0) per round; α̂ = (w0·α_g + Σ d^age·succ) / (w0 + Σ d^age·trials) with
   d = ``decay`` per round of that request, w0 = ``prior_weight``, clamped to
-  [0, 0.999]. The prior α_g is the global estimate: the same formula over all
-  requests' rounds with prior ``prior_alpha`` and decay d per engine step that had
-  rounds. Rounds with no drafts carry no information and are ignored.
-- Reasons: k = 0 is "load" when even α = 0.999 gains nothing at this cost (no
+  [0, ALPHA_MAX]. The prior α_g is the estimate of the request's tenancy scope: the
+  same formula over its requests' rounds with prior ``prior_alpha`` and decay d per
+  engine step that had rounds. Rounds with no drafts carry no information.
+- Reasons: k = 0 is "load" when even α = ALPHA_MAX gains nothing at this cost (no
   probing), else "adaptive".
 - Probing, so that a request held at 0 by "adaptive" can recover: on probe steps
   every such request gets k = 1, all in the same step (a step with drafts pays σ
   once, however many rows draft). The first probe step comes ``probe_every`` steps
   after requests began to be held. After a probe step, the pooled acceptance of its
-  probes decides the next interval: if drafting at that acceptance would pay (k > 0
-  by the rule) it is ``probe_every`` again, else it doubles, up to ``probe_max``; so
-  a server where speculation does not pay spends at most about one step in
-  ``probe_max`` on probes. A paying probe that lifted rows past the rule is
-  confirmed by the next step: if that step verifies no drafts (``step_verifies``:
-  the batch check or another cut stopped the lifted rows), the interval doubles
-  too, so probes accepted per row cannot keep a batch that never pays probing every
-  ``probe_every`` steps. A step that verifies drafts by the rule also resets the
-  interval (verifying steps pay σ anyway, so probing there is cheap). 0 = never
-  probe.
-- The batch pays σ: a verifying step's fixed cost falls on all B rows, not only on
-  those that draft. So after each row's choice the step as a whole must pay
-  (``batch_pays``: S_batch = (1 + Σ(E[N_i] - 1)/B) / (1 + σ + Σ k_i·cost_i/B) >
-  1 + min_gain); if it does not, no row drafts this step. Probe steps are exempt.
-  The same test in sums (``net_gain``) gives a bound before any row is planned: each
-  row at its best k under its controller's choice (``best_net_gain``); a step whose
-  bound misses (``step_may_pay``) skips the n-gram rounds and the draft plans.
+  probes decides the next interval: if drafting at that acceptance would pay it is
+  ``probe_every`` again, else it doubles, up to ``probe_max``. A paying probe that
+  lifted rows past the rule is confirmed by the next step: if that step verifies no
+  drafts (``step_verifies``), the interval doubles too. A step that verifies drafts
+  by the rule also resets the interval (it pays σ anyway). 0 = never probe.
+- The batch pays σ (``speedup.batch_pays``, ``batch_check``): the proposer's checks,
+  not this class.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
-from collections import deque
 from dataclasses import dataclass
 from typing import Hashable
 
+from vllm_specdec_plugin.speedup import best_k, round_evidence, shrunk_alpha
+from vllm_specdec_plugin.step_cost import StepCost
 from vllm_specdec_plugin.tenancy import UNSALTED, ScopedStore
-
-ALPHA_MAX = 0.999  # α̂ never claims certainty: a rejection always pulls it down
-MIN_GAIN = 0.02  # hysteresis: speculate only if the predicted S > 1 + MIN_GAIN
-_A_MIN = 1e-6  # seconds; floor of the fitted intercept, so T(B) > 0 and v(B) < 1
-_MIN_VAR_N = 1e-6  # weighted variance of n below which the slope is not identifiable
-_MIN_DET = 1e-4  # (relative spread of N/P)² below which the draft fit has one unknown
-SPEC_WINDOW = 15  # σ: median of this many latest measurements (robust to a slow step)
-
-
-def round_evidence(drafted: int, accepted: int) -> tuple[int, int]:
-    """(successes, trials) of one verification of ``drafted`` drafts with ``accepted``
-    accepted: successes = accepted, trials = accepted + (1 if one was rejected)."""
-    if not 0 <= accepted <= drafted:
-        raise ValueError(f"need 0 <= accepted <= drafted, got {accepted}/{drafted}")
-    return accepted, accepted + (1 if accepted < drafted else 0)
-
-
-def shrunk_alpha(successes: float, trials: float, prior: float, weight: float) -> float:
-    """α̂ = (weight·prior + successes) / (weight + trials), clamped to [0, ALPHA_MAX]."""
-    return min(max((weight * prior + successes) / (weight + trials), 0.0), ALPHA_MAX)
-
-
-def expected_tokens(alpha: float, k: int) -> float:
-    """E[N]: tokens emitted per verification (accepted drafts + 1) with k drafts."""
-    if not 0.0 <= alpha <= 1.0 or k < 0:
-        raise ValueError(f"need 0 <= alpha <= 1 and k >= 0, got alpha={alpha!r}, k={k!r}")
-    if k == 0:
-        return 1.0
-    if alpha >= 1.0:
-        return float(k + 1)
-    if alpha < 0.5:
-        return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-    # near α = 1, 1 - α^(k+1) cancels; expm1/log keep full precision (1 - α is exact here)
-    return -math.expm1((k + 1) * math.log(alpha)) / (1.0 - alpha)
-
-
-def speedup(alpha: float, k: int, cost_per_draft: float, fixed: float = 0.0) -> float:
-    """S(k) = E[N] / (1 + σ + k·cost) for k >= 1, S(0) = 1: tokens per unit of
-    plain-step time (1.0 = no gain).
-
-    ``cost_per_draft`` = c' + v(B), in plain target steps per draft token;
-    ``fixed`` = σ(B), the fixed cost of a step that verifies drafts, in plain steps."""
-    if k == 0:
-        return 1.0
-    return expected_tokens(alpha, k) / (1.0 + fixed + k * cost_per_draft)
-
-
-def best_k(alpha: float, cost_per_draft: float, k_max: int, min_gain: float = 0.02,
-           fixed: float = 0.0) -> int:
-    """argmax_k S(k) over 0..k_max (ties -> smaller k); 0 unless S(k*) > 1 + min_gain.
-
-    Over k >= 1, S is unimodal: with F = 1 + σ, S(k+1) > S(k) iff
-    g(k) = α^(k+1)(F+kc) - c·E[N](k) > 0, and g(k+1) - g(k) = α^(k+1)(α-1)(F+(k+1)c)
-    <= 0, so the first non-increase is the peak. (With σ > 0, S(1) may be below
-    S(0) = 1 while a larger k pays, so the walk compares neighbours, not the best.)
-    """
-    best, best_s, prev, e, p = 0, 1.0, float("-inf"), 1.0, 1.0
-    for k in range(1, k_max + 1):
-        p *= alpha
-        e += p  # E[N](α,k) = Σ_{i<=k} α^i, no cancellation
-        s = e / (1.0 + fixed + k * cost_per_draft)
-        if s <= prev:
-            break
-        prev = s
-        if s > best_s:
-            best, best_s = k, s
-    return best if best_s > 1.0 + min_gain else 0
-
-
-def choose_source(candidates: dict[str, tuple[float, int, float, float]], min_gain: float,
-                  allow_none: bool) -> tuple[str, int]:
-    """The draft source with the best predicted speedup for one request and round.
-
-    candidates: source -> (α, k, cost per draft token in plain steps, σ: the fixed cost
-    of a verifying step in plain steps), k >= 1 drafts that source would verify (for
-    n-gram: the drafts it actually found). Returns
-    (source, k), the first of the best in the given order on ties; ("none", 0) when
-    ``allow_none`` and no candidate reaches S > 1 + min_gain (or there is none).
-    Without ``allow_none`` the best candidate is taken whatever its S.
-    """
-    best, best_s, best_k_ = "none", (1.0 + min_gain) if allow_none else float("-inf"), 0
-    for source, (alpha, k, cost, fixed) in candidates.items():
-        if k < 1:
-            continue
-        s = speedup(alpha, k, cost, fixed)
-        if s > best_s:
-            best, best_s, best_k_ = source, s, k
-    return best, best_k_
-
-
-def batch_pays(rows: list[tuple[float, int, float]], batch_size: int, fixed: float,
-               min_gain: float = MIN_GAIN) -> bool:
-    """Whether a verifying step with these drafting rows beats a plain step.
-
-    rows: per drafting row (α, k, cost per draft token in plain steps); batch_size: B,
-    all rows of the step, drafting or not; fixed: σ(B). The step's fixed cost falls on
-    all B rows, however few draft, so the batch, not the row, must pay for it:
-    S_batch = (1 + Σ(E[N_i] - 1)/B) / (1 + σ + Σ k_i·cost_i / B) > 1 + min_gain.
-    (With every row drafting the same k this is the per-row S of ``speedup``.)
-    """
-    return bool(rows) and sum(net_gain(a, k, c, min_gain) for a, k, c in rows) > \
-        _threshold(batch_size, fixed, min_gain)
-
-
-def net_gain(alpha: float, k: int, cost_per_draft: float, min_gain: float = MIN_GAIN) -> float:
-    """One drafting row's share of ``batch_pays``: E[N](α,k) - 1 - (1 + min_gain)·k·cost.
-
-    S_batch > 1 + min_gain  <=>  Σ net_gain_i > B·(min_gain + (1 + min_gain)·σ),
-    (multiply out the ratio), so rows add up and the fixed cost is the threshold."""
-    return expected_tokens(alpha, k) - 1.0 - (1.0 + min_gain) * k * cost_per_draft
-
-
-def best_net_gain(alpha: float, k_max: int, cost_per_draft: float,
-                  min_gain: float = MIN_GAIN) -> float:
-    """max over k in 0..k_max of ``net_gain`` (0 at k = 0): the most a row drafting
-    at most ``k_max`` tokens at acceptance ``alpha`` can add to a step. The sum over
-    a step's rows bounds every set of plans ``batch_pays`` could see, so a step whose
-    bound misses the threshold can skip planning (``step_may_pay``)."""
-    # net(k) = Σ_{i<=k} (α^i - scale): it grows while α^i > scale, then only falls
-    best, p, scale = 0.0, 1.0, (1.0 + min_gain) * cost_per_draft
-    for _ in range(k_max):
-        p *= alpha
-        if p <= scale:
-            break
-        best += p - scale
-    return best
-
-
-def step_may_pay(row_bounds: list[float], batch_size: int, fixed: float,
-                 min_gain: float = MIN_GAIN) -> bool:
-    """Whether any plans could pass ``batch_pays``: row_bounds are each row's
-    ``best_net_gain`` (0 for a row that cannot draft), fixed the least σ(B) a
-    verifying step could cost."""
-    return sum(row_bounds) > _threshold(batch_size, fixed, min_gain)
-
-
-def _threshold(batch_size: int, fixed: float, min_gain: float) -> float:
-    return batch_size * (min_gain + (1.0 + min_gain) * fixed)
+from vllm_specdec_plugin.tuning import (ALPHA_DECAY, ALPHA_MAX, C_PRIME_DRAFT, C_PRIME_NGRAM,
+                                        DRAFT_FIT_EMA, MAX_K, MIN_GAIN, PRIOR_ALPHA,
+                                        PRIOR_WEIGHT, PROBE_EVERY, PROBE_MAX, STEP_FIT_DECAY)
 
 
 @dataclass(slots=True)
@@ -208,23 +53,24 @@ class AdaptiveConfig:
     """Knobs of AdaptiveK (see the module docstring for the rule)."""
 
     k_max: int
-    prior_alpha: float = 0.6  # initial global α (before any round is observed)
-    prior_weight: float = 4.0  # prior strength, in trials
-    decay: float = 0.9  # weight kept by past rounds per new round
+    prior_alpha: float = PRIOR_ALPHA  # initial global α (before any round is observed)
+    prior_weight: float = PRIOR_WEIGHT  # prior strength, in trials
+    decay: float = ALPHA_DECAY  # weight kept by past rounds per new round
     min_gain: float = MIN_GAIN  # hysteresis: speculate only if S(k*) > 1 + min_gain
-    probe_every: int = 8  # steps before the first probe of held requests; 0 = never
-    probe_max: int = 128  # the probe interval doubles up to this many steps
-    c_prime_default: float = 0.05  # draft cost / plain step, until measured
-    ema: float = 0.2  # weight of the newest draft round in the draft-cost fit
-    fit_decay: float = 0.99  # weight kept by past samples of the T(n) fit per step
+    probe_every: int = PROBE_EVERY  # steps before the first probe of held requests; 0 = never
+    probe_max: int = PROBE_MAX  # the probe interval doubles up to this many steps
+    c_prime_default: float = C_PRIME_DRAFT  # draft cost / plain step, until measured
+    measured_c_prime: bool = True  # False: the source runs no draft forward (n-gram)
+    ema: float = DRAFT_FIT_EMA  # weight of the newest draft round in the draft-cost fit
+    fit_decay: float = STEP_FIT_DECAY  # weight kept by past samples of the T(n) fit per step
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
             if not ok:
                 raise ValueError(f"AdaptiveConfig: {msg}")
 
-        need(type(self.k_max) is int and 1 <= self.k_max <= 32,
-             f"k_max must be an int in 1..32, got {self.k_max!r}")
+        need(type(self.k_max) is int and 1 <= self.k_max <= MAX_K,
+             f"k_max must be an int in 1..{MAX_K}, got {self.k_max!r}")
         need(0.0 <= self.prior_alpha <= 1.0, f"prior_alpha must be in [0, 1], got {self.prior_alpha!r}")
         need(self.prior_weight > 0, f"prior_weight must be > 0 (trials), got {self.prior_weight!r}")
         need(0.0 < self.decay <= 1.0, f"decay must be in (0, 1], got {self.decay!r}")
@@ -236,38 +82,6 @@ class AdaptiveConfig:
         need(self.c_prime_default >= 0, f"c_prime_default must be >= 0, got {self.c_prime_default!r}")
         need(0.0 < self.ema <= 1.0, f"ema must be in (0, 1], got {self.ema!r}")
         need(0.0 < self.fit_decay <= 1.0, f"fit_decay must be in (0, 1], got {self.fit_decay!r}")
-
-
-class _DraftCost:
-    """Draft round seconds ≈ P·a_d + N·b_d for P forwards over N tokens in all,
-    fit by exponentially weighted least squares without intercept (forgetting
-    ``forget`` per round), a_d, b_d >= 0. While every round so far had the same
-    N/P the two cannot be told apart: then b_d = 0 (a forward costs what it cost)."""
-
-    __slots__ = ("forget", "pp", "pn", "nn", "py", "ny", "fit")
-
-    def __init__(self, forget: float) -> None:
-        self.forget = forget
-        self.pp = self.pn = self.nn = self.py = self.ny = 0.0
-        self.fit: tuple[float, float] | None = None  # (a_d s/forward, b_d s/token)
-
-    def add(self, seconds: float, passes: int, tokens: int) -> None:
-        f, p, n = self.forget, float(passes), float(tokens)
-        self.pp = f * self.pp + p * p
-        self.pn = f * self.pn + p * n
-        self.nn = f * self.nn + n * n
-        self.py = f * self.py + p * seconds
-        self.ny = f * self.ny + n * seconds
-        det = self.pp * self.nn - self.pn * self.pn
-        a = b = -1.0
-        if det > _MIN_DET * self.pp * self.nn:  # N/P has varied: both identifiable
-            a = (self.py * self.nn - self.ny * self.pn) / det
-            b = (self.pp * self.ny - self.pn * self.py) / det
-        if b < 0:  # not identifiable, or noise: all on the forward
-            a, b = self.py / self.pp, 0.0
-        elif a < 0:
-            a, b = 0.0, self.ny / self.nn
-        self.fit = (a, b)
 
 
 class _Req:
@@ -283,27 +97,19 @@ class AdaptiveK:
     """Per-request, per-round choice of k from measured acceptance and step costs.
 
     Call order per engine step: choose() (or begin_step() when only α and the costs are
-    read, as hybrid without adaptive k does) -> observe_draft_step() ->
-    observe_target_step() (and observe_spec_overhead() after a verifying step) ->
-    observe_round() per request; forget() when a request finishes (else it is kept)."""
+    read, as hybrid without adaptive k does) -> step_verifies() -> observe_round() per
+    request; forget() when a request finishes (else it is kept). The step timers feed
+    ``cost`` (``step_record``)."""
 
-    def __init__(self, config: AdaptiveConfig) -> None:
+    def __init__(self, config: AdaptiveConfig, cost: StepCost | None = None) -> None:
         self.cfg = config
+        # the step's cost model, shared by a proposer's controllers (their own if None)
+        self.cost = cost if cost is not None else StepCost(config.fit_decay, config.ema)
         self._reqs: dict[str, _Req] = {}
         # pooled [Σ successes, Σ trials] per scope (tenancy): one tenant's acceptance
         # never sets another's prior; each pool decays at its first round of a step
         self._pools: ScopedStore[list[float]] = ScopedStore(lambda: [0.0, 0.0])
         self._decayed: set[Hashable] = set()
-        # T(n) fit: exponentially weighted Welford (centred, so no cancellation)
-        self._w = 0.0
-        self._mn = self._mt = self._cnn = self._cnt = 0.0
-        self._a: float | None = None  # seconds
-        self._b = 0.0  # seconds per token
-        self._b_good: float | None = None  # last identifiable slope
-        self._draft_cost = _DraftCost(1.0 - config.ema)
-        self._spec_s: float | None = None  # seconds a verifying step adds (σ·T)
-        self._spec_samples: deque[float] = deque(maxlen=SPEC_WINDOW)
-        self._spec_first_seen = False
         # probing: steps counted by choose() (not under load), next probe step
         self._step = 0
         self._probe_interval = config.probe_every
@@ -367,75 +173,20 @@ class AdaptiveK:
         """Drop a finished request's state (no-op if unknown)."""
         self._reqs.pop(req_id, None)
 
-    # -- costs ------------------------------------------------------------------
-    def observe_target_step(self, seconds: float, num_tokens: int) -> None:
-        """One target forward (plain or verify): wall seconds, tokens in the step."""
-        if not seconds >= 0 or num_tokens < 1:
-            raise ValueError(f"need seconds >= 0 and num_tokens >= 1, got {seconds!r}, {num_tokens!r}")
-        self._w = self.cfg.fit_decay * self._w + 1.0
-        dn, dt = num_tokens - self._mn, seconds - self._mt
-        self._mn += dn / self._w
-        self._mt += dt / self._w
-        f = self.cfg.fit_decay
-        self._cnn = f * self._cnn + dn * (num_tokens - self._mn)
-        self._cnt = f * self._cnt + dn * (seconds - self._mt)
-        if self._cnn / self._w > _MIN_VAR_N:
-            self._b_good = self._cnt / self._cnn
-        # no spread in n yet: keep the last slope seen, else assume flat (v = 0)
-        b = max(self._b_good or 0.0, 0.0)  # a slower step with fewer tokens is noise
-        self._b = b
-        self._a = max(self._mt - b * self._mn, _A_MIN)
-
-    def step_time(self, num_tokens: float) -> float | None:
-        """Fitted T(n) in seconds; None before any target step."""
-        return None if self._a is None else self._a + self._b * num_tokens
-
-    def observe_draft_step(self, seconds: float, num_forwards: int, num_tokens: int) -> None:
-        """One draft round: wall seconds of ``num_forwards`` forwards that ran
-        ``num_tokens`` tokens in all (catch-up prefill plus one per drafting row per
-        later forward)."""
-        if not seconds >= 0 or num_forwards < 0 or num_tokens < num_forwards:
-            raise ValueError(f"bad draft step: seconds={seconds!r}, forwards={num_forwards!r}, "
-                             f"tokens={num_tokens!r}")
-        if num_forwards:
-            self._draft_cost.add(seconds, num_forwards, num_tokens)
-
-    def observe_spec_overhead(self, seconds: float) -> None:
-        """Seconds a step spent on what only a verifying step runs (the exact
-        rejection sampler), measured on a step that verified drafts."""
-        if not seconds >= 0:
-            raise ValueError(f"need seconds >= 0, got {seconds!r}")
-        if not self._spec_first_seen:  # the first exact call imports and allocates
-            self._spec_first_seen = True
-            return
-        self._spec_samples.append(seconds)
-        self._spec_s = statistics.median(self._spec_samples)
-
+    # -- costs, in plain target steps at batch B (``step_cost``) ---------------
     def fixed_cost(self, batch_size: int) -> float:
-        """σ(B): the fixed cost of a verifying step, in plain steps at batch B."""
-        t = self.step_time(batch_size)
-        if self._spec_s is None or not t:
-            return 0.0
-        return self._spec_s / t
+        """σ(B): the fixed cost of a verifying step."""
+        return self.cost.fixed_cost(batch_size)
 
     def c_prime(self, batch_size: int) -> float:
-        """c'(B): one more draft forward over ``batch_size`` rows, in plain target
-        steps at that batch (``c_prime_default`` before a draft round and a target fit)."""
-        t, fit = self.step_time(batch_size), self._draft_cost.fit
-        if fit is None or not t:
-            return self.cfg.c_prime_default
-        return (fit[0] + fit[1] * batch_size) / t
-
-    def load_cost(self, batch_size: int) -> float:
-        """v(B) = b·B / (a + b·B): extra verify cost per draft token, in plain steps."""
-        if self._a is None:
-            return 0.0
-        bb = self._b * batch_size
-        return bb / (self._a + bb)
+        """c'(B): one more draft forward over B rows (``c_prime_default`` until
+        measured, and always for a source that runs no draft forward)."""
+        c = self.cost.c_prime(batch_size) if self.cfg.measured_c_prime else None
+        return self.cfg.c_prime_default if c is None else c
 
     def cost_per_draft(self, batch_size: int) -> float:
-        """c' + v(B): cost of one more draft token per request, in plain target steps."""
-        return self.c_prime(batch_size) + self.load_cost(batch_size)
+        """c' + v(B): cost of one more draft token per request."""
+        return self.c_prime(batch_size) + self.cost.load_cost(batch_size)
 
     # -- decision ---------------------------------------------------------------
     def begin_step(self) -> None:
@@ -534,18 +285,27 @@ class AdaptiveK:
         return shrunk_alpha(succ, trials, self.cfg.prior_alpha, self.cfg.prior_weight)
 
     def snapshot(self) -> dict:
-        """For metrics/logs: a (s), b (s/token), spec_s (s), draft_a (s per draft
-        forward), draft_b (s per draft token), c_prime (at batch 1), global_alpha,
-        probe_interval (steps), tracked_requests."""
-        fit = self._draft_cost.fit
-        return {
-            "a": self._a,
-            "b": self._b,
-            "spec_s": self._spec_s,
-            "draft_a": None if fit is None else fit[0],
-            "draft_b": None if fit is None else fit[1],
-            "c_prime": self.c_prime(1),
-            "probe_interval": self._probe_interval,
-            "global_alpha": self._pooled_alpha(),
-            "tracked_requests": len(self._reqs),
-        }
+        """For metrics/logs: ``StepCost.snapshot`` plus c_prime (at batch 1),
+        global_alpha, probe_interval (steps), tracked_requests."""
+        return {**self.cost.snapshot(),
+                "c_prime": self.c_prime(1),
+                "probe_interval": self._probe_interval,
+                "global_alpha": self._pooled_alpha(),
+                "tracked_requests": len(self._reqs)}
+
+
+def controllers_for(sources: list[str], k_max: int, prior_alpha: float,
+                    cost: StepCost) -> dict[str, AdaptiveK]:
+    """One controller per draft source ("draft", "ngram"), all reading ``cost``.
+
+    Each measures its source's acceptance per request. The n-gram source runs no
+    draft forward (c' = ``C_PRIME_NGRAM``, only the verify cost limits it) and needs
+    no probes: shadow proposals (``shadow``) measure held rows at no target cost."""
+    out = {}
+    for source in sources:
+        ngram = source == "ngram"
+        out[source] = AdaptiveK(AdaptiveConfig(
+            k_max=k_max, prior_alpha=prior_alpha,
+            c_prime_default=C_PRIME_NGRAM if ngram else C_PRIME_DRAFT,
+            measured_c_prime=not ngram, **({"probe_every": 0} if ngram else {})), cost)
+    return out

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from vllm_specdec_plugin.errors import SpecDecConfigError
+from vllm_specdec_plugin.tuning import MAX_K, PRIOR_ALPHA
 
 # The draft dtypes the plugin takes, with their bytes per element: the one dtype map.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # ngram_corpus_scope values (what each shares: tenancy.py)
 SCOPES = ("salt", "off", "global")
-MAX_K = 32  # above this the verify step is mostly wasted work; likely a typo
 CONFIG_KEY = "specdec"
 # Options that existed once, with what replaced them (named in the start-up error).
 REMOVED_OPTIONS = {
@@ -74,7 +74,7 @@ class SpecDecConfig:
     vLLM's prefix cache), "off" (no corpus), or "global" (every request: a
     single-tenant deployment that wants the most replays). See ``tenancy``."""
 
-    adaptive_prior_alpha: float = 0.6
+    adaptive_prior_alpha: float = PRIOR_ALPHA
     """Adaptive: acceptance rate assumed for a request before it has been measured
     (replaced by the running average over all requests once there is one)."""
 

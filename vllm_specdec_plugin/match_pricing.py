@@ -15,21 +15,36 @@ Buckets (``match_key``): the request's own history by n (1 .. ngram_max_n); the
 corpus by the match length's power of two (3, 4-7, 8-15, ..., 64: the length is
 measured back to ``CorpusIndex.MAX_EXTEND`` tokens).
 Counts per bucket: successes = accepted, trials = accepted + (1 if a draft was
-rejected), as in ``adaptive``; both decay by ``decay`` per round of that bucket.
+rejected), as in ``speedup.round_evidence``; both decay by ``decay`` per round of that bucket.
 
 ``ANY_MATCH`` prices the most any proposal of a request could get (its best
-bucket): before a lookup it bounds what the lookup could find worth drafting.
+bucket): before a lookup it bounds what the lookup could find worth drafting
+(``lookup_alpha``, the one place that decides which rows it bounds).
 """
 
 from __future__ import annotations
 
 import math
 
-from vllm_specdec_plugin.adaptive import ALPHA_MAX, round_evidence, shrunk_alpha
+from typing import Callable
+
+from vllm_specdec_plugin.speedup import round_evidence, shrunk_alpha
+from vllm_specdec_plugin.tuning import (ALPHA_MAX, MATCH_ALPHA_MIN, MATCH_DECAY,
+                                        MATCH_PRIOR_WEIGHT)
 
 MatchKey = tuple[str, int]  # ("own", n) or ("corpus", bit length of the match length)
 ANY_MATCH: MatchKey = ("any", 0)  # prices a request's best bucket (see alpha)
-_ALPHA_MIN = 1e-3  # log-odds stay finite
+
+
+def lookup_alpha(alpha_of: Callable[..., float], req_id: str, k: int,
+                 why: str) -> float | None:
+    """α bounding an n-gram row before its lookup: the best price any of its matches
+    could get (``ANY_MATCH``), for a row its controller drafts (k > 0) or holds for
+    "adaptive" (a long match may pay where the request's α does not); None for a row
+    held for another reason (it is not looked up). alpha_of(req_id, match) -> α."""
+    if k or why == "adaptive":
+        return alpha_of(req_id, ANY_MATCH)
+    return None
 
 
 def match_key(source: str, length: int) -> MatchKey:
@@ -42,14 +57,15 @@ def match_key(source: str, length: int) -> MatchKey:
 
 
 def _logit(p: float) -> float:
-    p = min(max(p, _ALPHA_MIN), ALPHA_MAX)
+    p = min(max(p, MATCH_ALPHA_MIN), ALPHA_MAX)
     return math.log(p / (1.0 - p))
 
 
 class MatchAlpha:
     """Decayed acceptance counts per match bucket, and the combined α of a proposal."""
 
-    def __init__(self, prior_weight: float = 4.0, decay: float = 0.98) -> None:
+    def __init__(self, prior_weight: float = MATCH_PRIOR_WEIGHT,
+                 decay: float = MATCH_DECAY) -> None:
         if prior_weight <= 0 or not 0.0 < decay <= 1.0:
             raise ValueError(f"need prior_weight > 0 and 0 < decay <= 1, "
                              f"got {prior_weight!r}, {decay!r}")

@@ -7,7 +7,7 @@ draft-model plan (the committed tokens the draft has not seen, then k passes), o
 nothing this round (the reason is counted). In hybrid mode the source is chosen per
 request and round by predicted speedup S = E[N](α, k) / (1 + σ + k·cost) from that
 source's measured acceptance for the request and its measured cost
-(``adaptive.choose_source``). An n-gram proposal is priced after the lookup, by the
+(``speedup.choose_source``). An n-gram proposal is priced after the lookup, by the
 acceptance of matches as long as its own (``match_pricing``); with adaptive k its
 number of drafts is the optimum at that price, up to what the lookup found.
 Lazy draft prefill is chunked under a per-round token budget so a long prompt joining
@@ -21,13 +21,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from vllm_specdec_plugin.adaptive import MIN_GAIN, best_k, choose_source
 from vllm_specdec_plugin.config import SpecDecConfig
 from vllm_specdec_plugin.kv import BlockAllocator
-from vllm_specdec_plugin.match_pricing import ANY_MATCH, MatchKey, match_key
+from vllm_specdec_plugin.match_pricing import MatchKey, lookup_alpha, match_key
 from vllm_specdec_plugin.ngram import CorpusIndex, NGramConfig, NGramIndex
 from vllm_specdec_plugin.request_state import RequestState, truncate
+from vllm_specdec_plugin.speedup import best_k, choose_source
 from vllm_specdec_plugin.tenancy import ScopedCorpus
+from vllm_specdec_plugin.tuning import MIN_GAIN
 
 
 @dataclass(slots=True)
@@ -172,7 +173,8 @@ class Planner:
         alpha_of, cost, fixed = estimates.get("ngram", (None, 0.0, 0.0))
         k_look = k
         if adaptive and alpha_of is not None:
-            k_look = max(k, best_k(alpha_of(req_id, ANY_MATCH), cost, k_room, MIN_GAIN, fixed))
+            a_any = lookup_alpha(alpha_of, req_id, k, why)
+            k_look = max(k, best_k(a_any, cost, k_room, MIN_GAIN, fixed))
         elif adaptive:
             k_look = k_room
         if not k_look:

@@ -24,8 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-SHADOW_K = 8     # drafts per shadow proposal: decided within 8 committed tokens
-SHADOW_ROWS = 4  # new shadow proposals per engine step at most (CPU: one lookup each)
+from vllm_specdec_plugin.tuning import SHADOW_K, SHADOW_ROWS
 
 
 @dataclass(slots=True)
@@ -53,3 +52,47 @@ def take_turns(candidates: list, turn: int, n: int = SHADOW_ROWS) -> list:
         return candidates
     s = (turn * n) % len(candidates)
     return (candidates[s:] + candidates[:s])[:n]
+
+
+class ShadowBook:
+    """Makes and books a proposer's shadow proposals.
+
+    controller: the n-gram ``AdaptiveK``; match_alpha: ``ScopedStore`` of
+    ``MatchAlpha``; shadow_drafts: ``Planner.shadow_drafts``; stats/metrics: the
+    proposer's ``ProposerStats`` and ``ProposerMetrics``."""
+
+    def __init__(self, controller: Any, match_alpha: Any, shadow_drafts: Any, stats: Any,
+                 metrics: Any) -> None:
+        self.controller, self.match_alpha = controller, match_alpha
+        self.shadow_drafts, self.stats, self.metrics = shadow_drafts, stats, metrics
+        self._turn = 0  # rotates which rows get new shadow proposals
+
+    def book(self, req_id: str, req: Any, committed_row: Sequence[int], length: int) -> None:
+        """Book a request's (``RequestState``) shadow proposal once the committed
+        tokens ``committed_row[:length]`` decide it, as the n-gram round it would
+        have been."""
+        outcome = req.shadow.outcome(committed_row, length) if req.shadow else None
+        if outcome is None:
+            return
+        drafted, accepted = outcome
+        self.controller.observe_round(req_id, drafted, accepted)
+        self.match_alpha.get(req.scope).observe(req.shadow.match, drafted, accepted)
+        self.stats.shadow_drafted += drafted
+        self.stats.shadow_accepted += accepted
+        self.metrics.shadow(drafted, accepted)
+        req.shadow = None
+
+    def propose(self, rows: list[int], req_ids: list[str], requests: dict, token_ids_cpu: Any,
+                num_tokens_no_spec: Any, end: Any) -> None:
+        """Shadow proposals for a few of ``rows`` (those that verify no n-gram drafts
+        next step) that have none pending (``take_turns``). token_ids_cpu:
+        [rows, max_model_len] committed tokens; num_tokens_no_spec: [rows] lengths;
+        end(row, req_id): the committed length at which the request finishes."""
+        idle = [r for r in rows if requests[req_ids[r]].shadow is None]
+        self._turn += 1
+        for row in take_turns(idle, self._turn):
+            req, length = requests[req_ids[row]], int(num_tokens_no_spec[row])
+            drafts, match = self.shadow_drafts(req, token_ids_cpu[row], length, SHADOW_K,
+                                               end(row, req_ids[row]))
+            if drafts:
+                req.shadow = Shadow(length, drafts, match)

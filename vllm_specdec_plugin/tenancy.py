@@ -117,3 +117,39 @@ class ScopedCorpus:
 
     def __len__(self) -> int:
         return self._total
+
+
+class RequestScopes:
+    """Each live request's scope and the ids aborted, as the engine process reports
+    them each step (``compat.request_scope``: new requests' cache_salt, aborted ids).
+    Once a step comes without a report, nothing is shared from then on."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode  # ngram_corpus_scope
+        self._scopes: dict[str, ScopeKey] = {}  # req_id -> scope, until it finishes
+        self._aborted: set[str] = set()  # aborted ids not yet seen finishing
+        self.reported = True  # every step so far came with a report
+
+    def note(self, report: tuple[dict, Iterable[str]] | None) -> bool:
+        """Take one step's report ((req_id -> salt of new requests, aborted ids), or
+        None). True when reports have just stopped (the caller warns once)."""
+        if report is None:
+            stopped, self.reported = self.reported, False
+            return stopped
+        salts, aborted = report
+        self._aborted |= set(aborted)
+        if self.reported:
+            for rid, salt in salts.items():
+                self._scopes[rid] = scope_key(self.mode, salt)
+        return False
+
+    def get(self, req_id: str) -> ScopeKey | None:
+        return self._scopes.get(req_id)
+
+    def finish(self, req_id: str) -> tuple[ScopeKey | None, bool]:
+        """A finished request's scope, and whether its tokens may join the corpus
+        (not aborted, and reports on)."""
+        scope = self._scopes.pop(req_id, None)
+        aborted = req_id in self._aborted
+        self._aborted.discard(req_id)
+        return scope, self.reported and not aborted

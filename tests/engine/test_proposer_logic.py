@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from vllm_specdec_plugin import batch_check
 from vllm_specdec_plugin.compat import standalone
 from vllm_specdec_plugin.proposer import DraftModelProposer
 from vllm_specdec_plugin.tenancy import UNSALTED
@@ -309,11 +310,10 @@ def _hybrid_with_costs(monkeypatch, path, ids, sigma_s):
     T(n) = 10 ms (drafting costs no forward time) and σ = ``sigma_s`` seconds."""
     p = make_proposer(monkeypatch, path, k=4, method="hybrid", adaptive=True)
     attach(p, FakeRunner(ids))
-    for c in p.controllers.values():
-        for n in (1, 8, 16):
-            c.observe_target_step(0.01, n)
-        for _ in range(2):                  # (the first sample is skipped as set-up)
-            c.observe_spec_overhead(sigma_s)
+    for n in (1, 8, 16):                    # one cost model, shared by the controllers
+        p.step_cost.observe_target_step(0.01, n)
+    for _ in range(2):                      # (the first sample is skipped as set-up)
+        p.step_cost.observe_spec_overhead(sigma_s)
     return p
 
 
@@ -337,9 +337,8 @@ def test_a_step_that_cannot_pay_is_held_without_planning(tiny, monkeypatch):
     # r0 alone would draft (its α is the prior), but σ slows all 8 rows: held unplanned
     assert planned == [] and p.stats.no_draft["adaptive"] == 8
     assert p.stats.prefill_tokens == 0
-    for c in p.controllers.values():
-        for _ in range(20):
-            c.observe_spec_overhead(0.0)  # σ's median -> 0: the step may pay again
+    for _ in range(20):
+        p.step_cost.observe_spec_overhead(0.0)  # σ's median -> 0: the step may pay again
     d = p.propose([[s[-1]] for s in seqs], n, arr)
     assert planned == ids and d[0] == [3, 1, 2, 3]
 
@@ -357,10 +356,10 @@ def test_a_row_held_for_its_alpha_keeps_the_step_open_when_a_long_match_could_pa
                  "draft": (p.controllers["draft"].alpha, 0.3, 0.3)}
     for _ in range(6):
         p.controllers["ngram"].observe_round("a", 4, 0)  # its own rounds all failed
-    assert p._held([0], ["a"], 1, choices, estimates) == {"a": "adaptive"}
+    assert batch_check.held(["a"], 1, choices, estimates, p.k, probing=False) == {"a": "adaptive"}
     for _ in range(10):
         p.match_alpha.get(UNSALTED).observe(("corpus", 7), drafted=8, accepted=8)
-    assert p._held([0], ["a"], 1, choices, estimates) is None
+    assert batch_check.held(["a"], 1, choices, estimates, p.k, probing=False) is None
 
 
 def test_long_catch_up_is_chunked_under_the_prefill_budget(tiny, monkeypatch):
@@ -403,7 +402,7 @@ def test_held_rows_measure_ngram_acceptance_by_shadow_proposals(tiny, monkeypatc
     """Rows held at k = 0 verify nothing, yet their n-gram acceptance is measured: a few
     rows per step get a shadow proposal, decided by the tokens the target commits next
     and booked (controller and match bucket) as the round it would have been."""
-    from vllm_specdec_plugin.shadow import SHADOW_ROWS
+    from vllm_specdec_plugin.tuning import SHADOW_ROWS
 
     _, path = tiny
     ids = [f"r{i}" for i in range(6)]

@@ -1,4 +1,5 @@
-"""Adaptive k (vllm_specdec_plugin.adaptive): the rule, the estimators, the fit.
+"""Adaptive k: the speedup rule (``speedup``), the controller and its estimators
+(``adaptive``). The cost model's fits are tested in test_step_cost.py.
 
 Statistical tests use fixed seeds (deterministic). Their tolerances were chosen
 from the estimator's spread, not tuned to the seeds: the convergence test runs with
@@ -12,23 +13,13 @@ the phase-switch test checks that.
 from __future__ import annotations
 
 import random
-import statistics
 from fractions import Fraction
 
 import pytest
 
-from vllm_specdec_plugin.adaptive import (
-    AdaptiveConfig,
-    AdaptiveK,
-    batch_pays,
-    best_net_gain,
-    net_gain,
-    step_may_pay,
-    best_k,
-    choose_source,
-    expected_tokens,
-    speedup,
-)
+from vllm_specdec_plugin.adaptive import AdaptiveConfig, AdaptiveK
+from vllm_specdec_plugin.speedup import (batch_pays, best_k, best_net_gain, choose_source,
+                                         expected_tokens, net_gain, speedup, step_may_pay)
 
 pytestmark = pytest.mark.unit
 
@@ -77,7 +68,7 @@ def run_rounds(ak: AdaptiveK, rng: random.Random, alpha: float, n: int, rid: str
 def feed_linear(ak: AdaptiveK, a: float, b: float, ns=(4, 8, 16, 40, 100, 257)) -> None:
     for _ in range(5):
         for n in ns:
-            ak.observe_target_step(a + b * n, n)
+            ak.cost.observe_target_step(a + b * n, n)
 
 
 # -- formula ---------------------------------------------------------------------
@@ -283,7 +274,7 @@ def test_probes_of_held_requests_share_one_step():
 def test_fixed_cost_of_a_verifying_step_is_priced():
     ak = AdaptiveK(AdaptiveConfig(k_max=8, c_prime_default=0.0, probe_every=0))
     for n, t in ((1, 0.010), (2, 0.011), (1, 0.010), (3, 0.012)):
-        ak.observe_target_step(t, n)
+        ak.cost.observe_target_step(t, n)
     for _ in range(30):
         ak.observe_round("r", 1, 0)  # α ~ 0.2: drafts pay only if verifying is free
         ak.observe_round("r", 1, 1)
@@ -292,16 +283,16 @@ def test_fixed_cost_of_a_verifying_step_is_priced():
         ak.observe_round("r", 1, 0)
     assert ak.fixed_cost(1) == 0.0
     assert ak.choose(["r"], 1)["r"][0] > 0
-    ak.observe_spec_overhead(0.5)  # the first call pays one-time set-up: skipped
+    ak.cost.observe_spec_overhead(0.5)  # the first call pays one-time set-up: skipped
     assert ak.fixed_cost(1) == 0.0
-    ak.observe_spec_overhead(0.003)  # the exact sampler: 0.3 plain steps at batch 1
-    assert ak.fixed_cost(1) == pytest.approx(0.003 / ak.step_time(1))
-    ak.observe_spec_overhead(0.4)  # one slow step does not move the median
-    ak.observe_spec_overhead(0.003)
-    assert ak.fixed_cost(1) == pytest.approx(0.003 / ak.step_time(1))
+    ak.cost.observe_spec_overhead(0.003)  # the exact sampler: 0.3 plain steps at batch 1
+    assert ak.fixed_cost(1) == pytest.approx(0.003 / ak.cost.step_time(1))
+    ak.cost.observe_spec_overhead(0.4)  # one slow step does not move the median
+    ak.cost.observe_spec_overhead(0.003)
+    assert ak.fixed_cost(1) == pytest.approx(0.003 / ak.cost.step_time(1))
     assert ak.choose(["r"], 1)["r"] == (0, "adaptive")
     with pytest.raises(ValueError):
-        ak.observe_spec_overhead(-1.0)
+        ak.cost.observe_spec_overhead(-1.0)
 
 
 def test_batch_pays_charges_the_fixed_cost_to_every_row():
@@ -448,82 +439,13 @@ def test_alpha_clamped():
     assert ak.global_alpha() == 0.999
 
 
-# -- cost model and load -------------------------------------------------------------
-
-def test_linear_fit_recovers_a_and_b():
-    for a, b in ((0.013, 3.7e-5), (0.002, 4e-4), (0.5, 1e-7)):
-        ak = AdaptiveK(AdaptiveConfig(k_max=4))
-        feed_linear(ak, a, b)
-        snap = ak.snapshot()
-        assert snap["a"] == pytest.approx(a, rel=0.01)
-        assert snap["b"] == pytest.approx(b, rel=0.01)
-        assert ak.load_cost(50) == pytest.approx(b * 50 / (a + b * 50), rel=0.01)
-
-
-def test_degenerate_fits():
-    ak = AdaptiveK(AdaptiveConfig(k_max=4))
-    assert ak.snapshot()["a"] is None and ak.load_cost(256) == 0.0
-    for _ in range(10):  # one distinct n: slope unknown -> flat, v = 0
-        ak.observe_target_step(0.02, 32)
-    assert ak.snapshot()["b"] == 0.0
-    assert ak.snapshot()["a"] == pytest.approx(0.02)
-    assert ak.load_cost(256) == 0.0
-    neg = AdaptiveK(AdaptiveConfig(k_max=4))
-    for n in (4, 8, 16, 32) * 5:  # slower with fewer tokens: noise, clamp b to 0
-        neg.observe_target_step(0.05 - 0.001 * n, n)
-    assert neg.snapshot()["b"] == 0.0
-    assert neg.snapshot()["a"] == pytest.approx(0.05 - 0.001 * 15, rel=0.05)
-    origin = AdaptiveK(AdaptiveConfig(k_max=4))
-    for n in (4, 8, 16, 32) * 5:  # negative intercept: a floored at a small positive
-        origin.observe_target_step(max(1e-3 * n - 0.01, 0.0), n)
-    assert 0 < origin.snapshot()["a"] <= 1e-5
-    assert 0 <= origin.load_cost(64) < 1
-
-
-def test_draft_cost_is_measured_relative_to_target_step():
-    ak = AdaptiveK(AdaptiveConfig(k_max=4, c_prime_default=0.05))
-    ak.observe_draft_step(0.01, 4, 32)  # no target fit yet: nothing to divide by
-    assert ak.c_prime(8) == 0.05
-    a, b = 0.02, 2e-5
-    feed_linear(ak, a, b)
-    for _ in range(30):  # 3 forwards over 8 rows, each 0.25 of a target step at B = 8
-        ak.observe_draft_step(3 * 0.25 * (a + b * 8), 3, 3 * 8)
-    assert ak.c_prime(8) == pytest.approx(0.25, rel=0.01)
-    assert ak.cost_per_draft(8) == pytest.approx(0.25 + b * 8 / (a + b * 8), rel=0.01)
-    assert ak.snapshot()["c_prime"] == ak.c_prime(1)
-    with pytest.raises(ValueError):
-        ak.observe_draft_step(0.01, 4, 3)  # fewer tokens than forwards
-
-
-def test_a_catch_up_prefill_does_not_read_as_dearer_drafting():
-    """Rounds that feed a prompt or a held request's backlog to the draft add tokens,
-    not forwards: c'(B) stays the cost of one more forward over B rows."""
-    a, b = 0.02, 2e-5  # target step: T(n) = a + b·n
-    a_d, b_d = 2e-3, 2e-5  # draft: a forward's fixed cost, and per token
-    ak = AdaptiveK(AdaptiveConfig(k_max=8))
-    feed_linear(ak, a, b)
-    rng = random.Random(3)
-    naive = []
-    for _ in range(60):
-        rows, k = rng.randint(1, 16), rng.randint(1, 8)
-        fed = rows * rng.choice([1, 2, 2, 40, 300])  # steady, or a catch-up
-        tokens = fed + rows * (k - 1)
-        seconds = (k * a_d + tokens * b_d) * (1 + rng.uniform(-0.02, 0.02))
-        ak.observe_draft_step(seconds, k, tokens)
-        naive.append(seconds / k / (a + b * rows))  # the old ratio, per forward
-    for batch in (1, 8, 16):
-        assert ak.c_prime(batch) == pytest.approx((a_d + b_d * batch) / (a + b * batch), rel=0.1)
-    assert statistics.fmean(naive) > 2 * ak.c_prime(16)  # what catch-ups did to the old EMA
-    snap = ak.snapshot()
-    assert snap["draft_a"] == pytest.approx(a_d, rel=0.15)
-    assert snap["draft_b"] == pytest.approx(b_d, rel=0.15)
-
+# -- load ---------------------------------------------------------------------------
 
 def _loaded(a: float, b: float, prior_alpha: float, probe_every: int = 8) -> AdaptiveK:
     ak = AdaptiveK(AdaptiveConfig(k_max=8, prior_alpha=prior_alpha, probe_every=probe_every))
     feed_linear(ak, a, b)
     for m in (1, 8, 64, 256):  # draft forward = 0.1 target step at the same batch
-        ak.observe_draft_step(2 * 0.1 * (a + b * m), 2, 2 * m)
+        ak.cost.observe_draft_step(2 * 0.1 * (a + b * m), 2, 2 * m)
     return ak
 
 
@@ -532,7 +454,7 @@ def test_load_switches_speculation_off():
     ids = [f"r{i}" for i in range(4)]
     small = ak.choose(ids, 4)
     assert all(k > 0 and why == "" for k, why in small.values())
-    assert ak.load_cost(4) < 0.01
+    assert ak.cost.load_cost(4) < 0.01
     big = 20000  # v(B) ~ 0.95: not even α = 0.999 pays for a draft
     for _ in range(3 * 8):  # and no probing under load
         assert ak.choose(ids, big) == {r: (0, "load") for r in ids}
@@ -582,26 +504,6 @@ def test_config_defaults_valid():
     assert (c.prior_alpha, c.prior_weight, c.decay, c.min_gain, c.probe_every,
             c.c_prime_default, c.ema) == (0.6, 4.0, 0.9, 0.02, 8, 0.05, 0.2)
     AdaptiveConfig(k_max=1, probe_every=0, decay=1.0, min_gain=0.0)
-
-
-def test_module_imports_only_stdlib():
-    import ast
-    import vllm_specdec_plugin.adaptive as mod
-
-    tree = ast.parse(open(mod.__file__).read())
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            names.add((node.module or "").split(".")[0])
-    assert names <= {"__future__", "math", "statistics", "collections", "dataclasses", "typing",
-                     "vllm_specdec_plugin"}, names
-    import vllm_specdec_plugin.tenancy as tenancy  # its one import from the package
-
-    tree = ast.parse(open(tenancy.__file__).read())
-    assert {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} <= \
-        {"__future__", "collections", "typing", "vllm_specdec_plugin.ngram"}
 
 
 # ------------------------------------------------------------- source choice (hybrid)

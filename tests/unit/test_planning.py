@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vllm_specdec_plugin.adaptive import best_k
 from vllm_specdec_plugin.config import SpecDecConfig
 from vllm_specdec_plugin.match_pricing import ANY_MATCH, MatchAlpha, match_key
 from vllm_specdec_plugin.planning import Plan, Planner
 from vllm_specdec_plugin.request_state import RequestState
+from vllm_specdec_plugin.speedup import best_k
 from vllm_specdec_plugin.tenancy import UNSALTED
 
 pytestmark = pytest.mark.unit

@@ -114,3 +114,9 @@ def finished_req_ids(scheduler_output: Any) -> set[str]:
 
 def preempted_req_ids(scheduler_output: Any) -> set[str]:
     return set(getattr(scheduler_output, "preempted_req_ids", None) or ())
+
+
+def num_scheduled_tokens(scheduler_output: Any) -> dict[str, int] | None:
+    """req_id -> tokens scheduled this step (vLLM's ``SchedulerOutput``), or None
+    when the output carries none (a test's fake)."""
+    return getattr(scheduler_output, "num_scheduled_tokens", None)

@@ -89,3 +89,23 @@ def _slots(table: torch.Tensor, row_of: torch.Tensor | None, pos: torch.Tensor,
     else:
         block = table[row_of, pos // block_size]
     return block.to(torch.int64) * block_size + pos % block_size
+
+
+def draft_plans(kernels: DraftKernels, plans: Sequence, sampler: DraftSampler,
+                device: torch.device, stats) -> int:
+    """Run one round over ``plans`` (``planning.Plan``, sorted by k descending) and
+    book it: each plan's ``drafts`` (cut where its grammar ended) and cached tokens,
+    and ``stats`` (``ProposerStats``) prefill counts. Returns the passes run."""
+    drafts, passes = run_round(kernels, plans, sampler, device)
+    drafts = drafts.tolist()  # the round's one device -> host copy
+    limits = sampler.masks.finish() if sampler.masks else [None] * len(plans)
+    fed = sum(len(p.new_tokens) for p in plans)
+    stats.max_round_prefill = max(stats.max_round_prefill, fed)
+    for i, p in enumerate(plans):
+        stats.prefill_tokens += len(p.new_tokens)
+        p.req.tokens.extend(p.new_tokens)
+        if p.k > 0:  # a grammar that ended stops its row's drafts early
+            p.drafts = drafts[i][: p.k if limits[i] is None else min(p.k, limits[i])]
+            p.req.tokens.extend(p.drafts[:-1])  # d_k's KV is never computed
+        p.req.table.num_tokens = len(p.req.tokens)
+    return passes

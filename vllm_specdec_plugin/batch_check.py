@@ -1,0 +1,63 @@
+"""Whole-step checks: does a verifying step pay its fixed cost σ (pure Python)?
+
+σ falls on all B rows of a verifying step, however few draft, so the step as a whole
+must pay (``speedup.batch_pays``). ``held`` bounds the step before any row is
+planned (``speedup.step_may_pay``); ``pays`` checks the planned rows. Probe steps
+are exempt from both (the caller passes ``probing``).
+
+estimates: per draft source (α of a request id, cost per draft token in plain
+steps, σ in plain steps) as ``planning.Estimates``; choices: per source, req_id ->
+(k, reason-if-0) from the controllers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_specdec_plugin.match_pricing import lookup_alpha
+from vllm_specdec_plugin.speedup import batch_pays, best_net_gain, step_may_pay
+
+
+def held(req_ids: list[str], batch: int, choices: dict, estimates: dict, k_ceiling: int,
+         probing: bool) -> dict[str, str] | None:
+    """req_id -> reason for every row when no plans could pass ``pays`` (each row at
+    the best k its controllers allow, the least σ), else None.
+
+    An n-gram row is bounded as the planner offers it: at the ceiling k and the
+    price of ``match_pricing.lookup_alpha`` (also a row its controller holds for
+    "adaptive": a long match may pay where the request's α does not)."""
+    if probing:
+        return None
+    bound = dict.fromkeys(req_ids, 0.0)
+    reason = dict.fromkeys(bound, "")
+    fixed = None
+    for src, (alpha, cost, sigma) in estimates.items():
+        for rid, (k, why) in choices[src].items():
+            a = lookup_alpha(alpha, rid, k, why) if src == "ngram" else None
+            if a is not None:
+                k = k_ceiling
+            elif k:
+                a = alpha(rid)
+            if k:
+                bound[rid] = max(bound[rid], best_net_gain(a, k, cost))
+                fixed = sigma if fixed is None else min(fixed, sigma)
+            elif not reason[rid]:
+                reason[rid] = why
+    if fixed is not None and step_may_pay(list(bound.values()), batch, fixed):
+        return None
+    # a row some controller would draft for is held by the batch: "adaptive"
+    return {rid: "adaptive" if bound[rid] or not reason[rid] else reason[rid]
+            for rid in bound}
+
+
+def pays(plans: list[Any], batch: int, estimates: dict, probing: bool) -> bool:
+    """Whether the planned rows (``planning.Plan``: n-gram if ``drafts``, else the
+    model) pay σ, which all ``batch`` rows pay. Probe steps always pay."""
+    if not plans or probing:
+        return True
+    rows, fixed = [], 0.0
+    for p in plans:
+        alpha, cost, sigma = estimates["ngram" if p.drafts else "draft"]
+        rows.append((alpha(p.req_id) if p.alpha is None else p.alpha, p.k, cost))
+        fixed = max(fixed, sigma)
+    return batch_pays(rows, batch, fixed)

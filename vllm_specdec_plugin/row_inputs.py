@@ -1,0 +1,57 @@
+"""What a row's request asks of its drafts, read from the runner: its seed, where it
+ends, its grammar, and the sampling inputs of a sampled request drafting from q."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vllm_specdec_plugin.compat import runner_hooks
+from vllm_specdec_plugin.compat.draft_grammar import is_structured
+from vllm_specdec_plugin.sampling.pipeline import SamplingSpec
+
+
+def seed_for(runner: Any, req_id: str) -> int | None:
+    """The request's seed: its sampled drafts race q against the same per-position
+    noise as its verification (``rejection.position_noise``)."""
+    seed = getattr(runner_hooks.sampling_params(runner, req_id), "seed", None)
+    return None if seed is None else int(seed)
+
+
+def end_of(runner: Any, row: int, req_id: str) -> int | None:
+    """Committed length at which the request finishes: prompt + max_tokens (None
+    where vLLM gives no max_tokens)."""
+    max_tokens = getattr(runner_hooks.sampling_params(runner, req_id), "max_tokens", None)
+    return None if max_tokens is None else runner_hooks.prompt_len(runner, row) + max_tokens
+
+
+def sampling_inputs(runner: Any, plan: Any, committed_row: np.ndarray, draft_sampling: str) -> None:
+    """Give a sampled request's ``planning.Plan`` its SamplingSpec and, for penalties,
+    its prompt and output histories (committed_row: [max_model_len] tokens)."""
+    spec = SamplingSpec.from_sampling_params(runner_hooks.sampling_params(runner, plan.req_id))
+    if spec.is_greedy or draft_sampling != "sample":
+        return
+    plan.spec = spec
+    if not spec.has_penalties:
+        return  # the pipeline reads histories only for penalties
+    n_prompt = runner_hooks.prompt_len(runner, plan.row)
+    plan.prompt = committed_row[:n_prompt].tolist()
+    plan.output = committed_row[n_prompt:plan.length].tolist()
+
+
+def grammar_for(runner: Any, grammars: Any, plan: Any, committed_row: np.ndarray) -> str:
+    """Give a structured request's model plan its grammar copy (``DraftGrammars``;
+    the drafts are then masked exactly as the target is). Returns "" when the plan
+    may draft, else the no-draft reason (that copy is not usable yet).
+
+    n-gram drafts need none: they are a function of the committed tokens, so the
+    scheduler's grammar cut does not depend on a random draft (still exact)."""
+    if plan.drafts:
+        return ""
+    sp = runner_hooks.sampling_params(runner, plan.req_id)
+    if not is_structured(sp):
+        return ""
+    plan.grammar, reason = grammars.ready(plan.req_id, sp, committed_row, plan.length,
+                                          runner_hooks.prompt_len(runner, plan.row))
+    return "" if plan.grammar is not None else reason

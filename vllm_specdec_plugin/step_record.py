@@ -1,0 +1,91 @@
+"""Times each target step and feeds the step cost model and the metrics (pure Python).
+
+A step runs between the scheduler output (``begin``) and the ``propose`` call that
+ends it (``end``). Its tokens split in two:
+
+- decode/verify tokens: 1 + the drafts verified, per row that decoded;
+- prefill tokens: every scheduled token of a row still prefilling (a prompt chunk,
+  its last chunk, a preempted request's recompute), plus any scheduled tokens of a
+  decoding row beyond 1 + its drafts (``num_scheduled_tokens`` of vLLM's
+  ``SchedulerOutput``).
+
+Every step goes to ``StepCost.observe_target_step`` (less the exact sampler's
+seconds, priced apart as σ). When the scheduled counts are unknown, a step with a
+prefill row is not recorded. The ``verify``/``plain`` step histogram and σ take
+only steps without prefill: a prefill step's time says nothing about decoding, and
+its last chunk's rows also sample on the exact path.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from vllm_specdec_plugin.step_cost import StepCost
+
+
+def split_tokens(sampled_token_ids: list[list[int]], req_ids: list[str],
+                 requests: Mapping[str, Any], scheduled: Mapping[str, int] | None
+                 ) -> tuple[int, int, bool] | None:
+    """(decode/verify tokens, prefill tokens, verifies) of the step that just ended.
+
+    sampled_token_ids: per row, the tokens the target emitted ([] while prefilling);
+    requests: req_id -> RequestState (``seen``: decoded since its (re)prefill,
+    ``drafted``: the drafts this step verified); scheduled: req_id -> tokens the
+    scheduler gave the row, or None when unknown (then None for a step with prefill).
+    """
+    n = m = 0
+    verify = False
+    for row, sampled in enumerate(sampled_token_ids):
+        rid = req_ids[row]
+        req = requests.get(rid) if sampled else None
+        count = None if scheduled is None else scheduled.get(rid)
+        if req is None or not req.seen:  # prefilled in this step
+            if count is None:
+                return None
+            m += count
+            continue
+        d = 1 + len(req.drafted)  # the target ran L+1 .. L+1+k for this row
+        verify = verify or bool(req.drafted)
+        n += d
+        if count is not None:
+            m += max(count - d, 0)
+    return n, m, verify
+
+
+class StepRecorder:
+    """The step timer: ``begin`` at the scheduler output, ``end`` in propose()."""
+
+    def __init__(self, cost: StepCost, metrics: Any) -> None:
+        self.cost = cost
+        self.metrics = metrics  # ProposerMetrics
+        self._t0: float | None = None  # when the current engine step began
+        self._scheduled: Mapping[str, int] | None = None
+
+    def begin(self, scheduled: Mapping[str, int] | None) -> None:
+        """The step's target work starts; ``scheduled``: req_id -> scheduled tokens."""
+        self._t0 = time.perf_counter()
+        self._scheduled = scheduled
+
+    def end(self, sampled_token_ids: list[list[int]], req_ids: list[str],
+            requests: Mapping[str, Any], exact_s: float) -> None:
+        """Record the step that just ended; ``exact_s``: its exact sampler seconds."""
+        if self._t0 is None:
+            return
+        seconds = time.perf_counter() - self._t0
+        self._t0 = None
+        split = split_tokens(sampled_token_ids, req_ids, requests, self._scheduled)
+        if split is None:
+            return
+        n, m, verify = split
+        # The exact sampler runs only on verifying (and seeded) steps: priced apart as
+        # σ, so the fit sees the forward's cost per token, not a jump at the first draft.
+        exact_s = min(exact_s, seconds)
+        if n + m:
+            self.cost.observe_target_step(seconds - exact_s, n, m)
+        if m:
+            return
+        emitted = sum(len(s) for s in sampled_token_ids)
+        self.metrics.target_step("verify" if verify else "plain", seconds, emitted)
+        if verify:
+            self.cost.observe_spec_overhead(exact_s)

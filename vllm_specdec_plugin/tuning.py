@@ -1,0 +1,35 @@
+"""Every tuning constant of the plugin, in one place (pure Python, no imports).
+
+Each line says what set the value. Where no measurement did, it says "not measured"
+and why the value was chosen. Units: seconds, tokens, steps, rounds, or plain target
+steps (a share of one step without drafts).
+"""
+
+# -- k and the speedup rule (speedup.py, adaptive.py) ------------------------------
+MAX_K = 32  # not measured: above this the verify step is mostly wasted work; likely a typo
+MIN_GAIN = 0.02  # not measured: hysteresis, speculate only if predicted S > 1.02 (2 % covers fit noise)
+ALPHA_MAX = 0.999  # not measured: α̂ never claims certainty, so a rejection always pulls it down
+
+# -- acceptance estimates (adaptive.py) ----------------------------------------------
+PRIOR_ALPHA = 0.6  # not measured: a middling α for a draft of the target's family, before any round
+PRIOR_WEIGHT = 4.0  # not measured: the prior counts as 4 trials, so one round already moves α̂
+ALPHA_DECAY = 0.9  # not measured: ~10-round window; test_adaptive's phase-switch test checks the tracking
+PROBE_EVERY = 8  # not measured: steps before held requests probe (k = 1) again
+PROBE_MAX = 128  # not measured: probing costs at most ~1 step in 128 where speculation never pays
+
+# -- step cost model (step_cost.py) --------------------------------------------------
+C_PRIME_DRAFT = 0.05  # not measured: draft forward / target step until measured (a draft ~20x smaller)
+C_PRIME_NGRAM = 0.0  # by definition: an n-gram lookup runs no draft forward
+DRAFT_FIT_EMA = 0.2  # not measured: weight of the newest draft round (~5-round window)
+STEP_FIT_DECAY = 0.99  # not measured: weight kept per step by the target fit (~100-step window)
+SPEC_WINDOW = 15  # not measured: σ is the median of the last 15 verifying steps (robust to a slow one)
+A_MIN = 1e-6  # numerical floor (s) of the fitted intercept, so T(B) > 0 and v(B) < 1
+MIN_VAR_TOKENS = 1e-6  # numerical: weighted variance (tokens²) below which a slope is not identifiable
+MIN_DET = 1e-4  # numerical: relative determinant below which two regressors cannot be told apart
+
+# -- n-gram pricing and shadows (match_pricing.py, shadow.py) -----------------------
+MATCH_PRIOR_WEIGHT = 4.0  # not measured: a match bucket's prior counts as 4 trials (as PRIOR_WEIGHT)
+MATCH_DECAY = 0.98  # not measured: ~50 rounds per bucket; buckets see many requests, so a longer window
+MATCH_ALPHA_MIN = 1e-3  # numerical: log-odds of α stay finite
+SHADOW_K = 8  # not measured: drafts per shadow proposal, decided within 8 committed tokens
+SHADOW_ROWS = 4  # not measured: new shadow proposals per step (CPU: one n-gram lookup each)
