@@ -1,0 +1,28 @@
+"""The step plan through the engine: drafts cut for waiting prompts, first tokens
+returned before drafting, and greedy output unchanged (float32, ci pair)."""
+
+from harness import engine_kwargs, plugin_spec, run_engine
+from prompts import PROMPTS
+
+MAX_TOKENS = 40
+IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # the test reads module counters
+
+
+def test_waiting_prompts_cut_drafts_and_output_is_unchanged(ci_pair):
+    # 16 prompts at once into 4 slots: 12 wait while 4 rows draft, so steps that
+    # admit them carry prefills beside drafts; a small token budget makes them bind.
+    jobs = [{"name": "b16", "prompts": PROMPTS[:16], "batch_size": 16,
+             "params": {"temperature": 0, "max_tokens": MAX_TOKENS}}]
+    small = dict(max_num_seqs=4, max_num_batched_tokens=64, enable_chunked_prefill=True)
+    base = run_engine(engine_kwargs(ci_pair.target, **small), jobs)
+    res = run_engine(engine_kwargs(ci_pair.target, plugin_spec(ci_pair.draft, 8), **small),
+                     jobs, env=IN_PROCESS)
+    got = [o["token_ids"] for o in res["jobs"]["b16"]]
+    want = [o["token_ids"] for o in base["jobs"]["b16"]]
+    bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+    assert not bad, f"prompts {bad} differ"
+    p = res["proposer"]
+    assert p["plan_steps"] > 0 and p["plan_cut"] > 0, p      # the plan acted
+    assert p["plan_kept"] + p["accepted"] > 0, p
+    assert p["drafting_deferred"] >= 4, p                    # one per admitted prompt batch at least
+    assert p["accepted"] > 0, p                              # and speculation still paid
