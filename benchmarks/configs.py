@@ -87,6 +87,10 @@ TABLE: list[Entry] = [
     Entry("plugin-adaptive", "plugin", (8,), specdec={"adaptive": True}),
     Entry("plugin-hybrid-adaptive", "plugin", (8, 24, 32),
           specdec={"method": "hybrid", "adaptive": True}),
+    # The same without the step plan (drafts verified as proposed beside prefills,
+    # first tokens after the draft round): the step plan's before/after in one run.
+    Entry("plugin-hybrid-adaptive-noplan", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "step_plan": False}),
     # One corpus and one set of acceptance statistics for every request (single
     # tenant): against the default per-salt scope it prices tenant isolation.
     Entry("plugin-hybrid-adaptive-global", "plugin", (8,),

@@ -49,6 +49,12 @@ class SpecDecConfig:
     """Choose k per request and round in [0, k] from measured acceptance and costs
     (``adaptive.py``); k = 0 decodes that request plainly. Off: always k."""
 
+    step_plan: bool = True
+    """In a step that carries a prefill (a new or chunked prompt), keep only the drafts
+    that fit beside it in vLLM's token budget and lengthen the step by little, most
+    likely accepted first (``step_plan``); a step that completes a prompt returns its
+    first token before drafting. Off: every draft is verified as proposed."""
+
     ngram_max_n: int = 4
     """Longest context (tokens) the n-gram stage matches; longer matches win."""
 
@@ -145,6 +151,9 @@ class SpecDecConfig:
         if self.method not in ("draft", "ngram", "hybrid"):
             raise SpecDecConfigError(
                 f"method {self.method!r} is not one of draft, ngram, hybrid. Fix: use one of them.")
+        if not isinstance(self.step_plan, bool):
+            raise SpecDecConfigError(
+                f"step_plan must be true or false, got {self.step_plan!r}. Fix: use a JSON boolean.")
         if not isinstance(self.adaptive, bool):
             raise SpecDecConfigError(
                 f"adaptive must be true or false, got {self.adaptive!r}. Fix: use a JSON boolean.")

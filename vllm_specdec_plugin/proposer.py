@@ -50,6 +50,7 @@ from vllm_specdec_plugin.row_inputs import end_of, grammar_for, sampling_inputs,
 from vllm_specdec_plugin.shadow import ShadowBook
 from vllm_specdec_plugin.startup_checks import check_features
 from vllm_specdec_plugin.stats import ProposerStats, RequestAcceptance
+from vllm_specdec_plugin.plan_hint import plan_hint
 from vllm_specdec_plugin.step_cost import StepCost
 from vllm_specdec_plugin.step_record import StepRecorder
 from vllm_specdec_plugin.tenancy import RequestScopes, ScopedStore
@@ -358,6 +359,10 @@ class DraftModelProposer:
             return c.alpha(req_id)
         scope = c.scope_of(req_id)
         return self.match_alpha.get(scope).alpha(match, c.alpha(req_id), c.global_alpha(scope))
+
+    def plan_hint(self) -> tuple:
+        """For the scheduler's step plan, with this step's drafts (``plan_hint``)."""
+        return plan_hint(self)
 
     def _no_draft(self, reason: str) -> None:
         """Count a request-round decoded without drafts (k = 0 this round); the metrics

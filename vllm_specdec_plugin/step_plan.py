@@ -20,13 +20,11 @@ import heapq
 import math
 from dataclasses import dataclass
 
-# Verify tokens may lengthen a step that carries a prefill by at most this share of its
-# time without them (the TTFT target is 1.10x no speculation; drafting takes the rest).
-TTFT_SLACK = 0.05
+from vllm_specdec_plugin.tuning import TTFT_SLACK
 
 
 @dataclass(frozen=True)
-class StepCost:
+class StepPrice:
     """Predicted target step time T = a + b·(decode + verify tokens) + p·(prefill tokens)."""
 
     intercept_s: float           # a
@@ -49,7 +47,7 @@ class Row:
 
 
 def verify_allowance(*, decode_rows: int, prefill_tokens: int, token_budget: int,
-                     cost: StepCost | None, slack: float = TTFT_SLACK) -> int:
+                     cost: StepPrice | None, slack: float = TTFT_SLACK) -> int:
     """Verify tokens a step carrying ``prefill_tokens`` may hold: what fits in the token
     budget beside the prefills and decode rows, and (with a cost model) what lengthens
     the step by at most ``slack`` of its time without drafts."""
@@ -61,7 +59,7 @@ def verify_allowance(*, decode_rows: int, prefill_tokens: int, token_budget: int
 
 
 def keep_drafts(rows: list[Row], *, decode_rows: int, prefill_tokens: int,
-                prefilling: int, token_budget: int, cost: StepCost | None,
+                prefilling: int, token_budget: int, cost: StepPrice | None,
                 slack: float = TTFT_SLACK) -> dict[str, int]:
     """Drafts to keep per request id, for a step about to be scheduled.
 

@@ -33,3 +33,8 @@ MATCH_DECAY = 0.98  # not measured: ~50 rounds per bucket; buckets see many requ
 MATCH_ALPHA_MIN = 1e-3  # numerical: log-odds of α stay finite
 SHADOW_K = 8  # not measured: drafts per shadow proposal, decided within 8 committed tokens
 SHADOW_ROWS = 4  # not measured: new shadow proposals per step (CPU: one n-gram lookup each)
+
+# -- the step plan (step_plan.py) ------------------------------------------------------
+TTFT_SLACK = 0.05  # not measured yet: verify tokens may lengthen a step that carries a prefill
+#                    by 5 % of its time (the TTFT target is 1.10x no speculation; drafting,
+#                    the deferred-draft RPC and queueing behind a longer step take the rest)

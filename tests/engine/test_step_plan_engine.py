@@ -26,3 +26,13 @@ def test_waiting_prompts_cut_drafts_and_output_is_unchanged(ci_pair):
     assert p["plan_kept"] + p["accepted"] > 0, p
     assert p["drafting_deferred"] >= 4, p                    # one per admitted prompt batch at least
     assert p["accepted"] > 0, p                              # and speculation still paid
+
+
+def test_step_plan_off_verifies_every_draft(ci_pair):
+    jobs = [{"name": "b8", "prompts": PROMPTS[:8], "batch_size": 8,
+             "params": {"temperature": 0, "max_tokens": 16}}]
+    res = run_engine(engine_kwargs(ci_pair.target, plugin_spec(ci_pair.draft, 4, step_plan=False),
+                                   max_num_seqs=2), jobs, env=IN_PROCESS)
+    p = res["proposer"]
+    assert p["plan_steps"] == 0 and p["drafting_deferred"] == 0, p
+    assert p["accepted"] > 0, p

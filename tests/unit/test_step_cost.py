@@ -239,9 +239,11 @@ PURE = {  # module -> the package modules it may import (each itself pure)
     "batch_check": {"match_pricing", "speedup"},
     "shadow": {"tuning"},
     "tenancy": {"ngram"},
+    "step_plan": {"tuning"},
+    "plan_hint": {"speedup", "step_plan", "tuning"},
 }
 STDLIB = {"__future__", "math", "statistics", "collections", "dataclasses", "typing", "time",
-          "itertools"}
+          "itertools", "heapq"}
 
 
 @pytest.mark.parametrize("name", sorted(PURE))

@@ -2,11 +2,10 @@
 
 from types import SimpleNamespace
 
-from vllm_specdec_plugin import step_plan
 from vllm_specdec_plugin.compat import scheduler_plan
-from vllm_specdec_plugin.step_plan import Row, StepCost, keep_drafts, verify_allowance
+from vllm_specdec_plugin.step_plan import Row, StepPrice, keep_drafts, verify_allowance
 
-COST = StepCost(intercept_s=0.010, per_token_s=0.001, per_prefill_token_s=0.0005)
+COST = StepPrice(intercept_s=0.010, per_token_s=0.001, per_prefill_token_s=0.0005)
 
 
 def test_no_prefill_keeps_every_draft():
@@ -30,7 +29,7 @@ def test_allowance_is_the_slack_of_the_step_without_drafts():
 
 def test_keeps_the_positions_most_likely_accepted():
     rows = [Row("hi", 4, 0.9), Row("lo", 4, 0.3)]
-    cost = StepCost(0.0, 0.001, 0.0)
+    cost = StepPrice(0.0, 0.001, 0.0)
     # decode_rows 2 + prefill 0 ... base 2 ms; slack 1.0 -> 2 tokens, then 3
     keep = keep_drafts(rows, decode_rows=2, prefill_tokens=98, prefilling=1,
                        token_budget=103, cost=None)
@@ -104,8 +103,3 @@ def test_first_tokens_marks_prompts_completed_this_step():
     out = SimpleNamespace(num_scheduled_tokens={"done": 10, "chunk": 50, "last": 40, "dec": 1})
     s = SimpleNamespace(requests=reqs)
     assert scheduler_plan.first_tokens(s, out) == {"done", "last"}
-
-
-def test_step_plan_is_vllm_free():
-    import inspect
-    assert "vllm." not in inspect.getsource(step_plan).replace("vllm_specdec_plugin", "")

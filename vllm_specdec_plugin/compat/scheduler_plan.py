@@ -6,7 +6,7 @@ Why: vLLM 0.32's ``Scheduler.schedule`` gives the running rows their 1 + k token
   then waits for every row's verification (measured: median TTFT 2.2-7.5x no
   speculation at concurrency >= 8 on the bench and nopay pairs, 2026-11-25).
 How: ``Scheduler.schedule`` is wrapped (installed from ``register()``; a pass-through
-  unless the scheduler's config selects our proposer). Before vLLM schedules, when a
+  unless the scheduler's config selects our proposer with ``step_plan`` on). Before vLLM schedules, when a
   running request is still prefilling or a waiting one can be admitted, the running
   requests' ``spec_token_ids`` are cut to what ``step_plan.keep_drafts`` keeps (a
   prefix of each proposal: exact). After it schedules, the SchedulerOutput carries
@@ -28,9 +28,10 @@ from typing import Any
 from vllm_specdec_plugin import step_plan
 
 FIRST_TOKENS_ATTR = "specdec_first_tokens"  # on SchedulerOutput: frozenset of req ids
-HINT_ATTR = "specdec_plan_hint"  # on DraftTokenIds: (StepCost | None, {req_id: alpha})
+HINT_ATTR = "specdec_plan_hint"  # on DraftTokenIds: (StepPrice | None, {req_id: alpha})
 _HINT = "_specdec_plan_hint"     # on the Scheduler: the latest hint
 _METRICS = "_specdec_plan_metrics"
+_ENABLED = "_specdec_plan_enabled"
 _installed = False
 # This process's kept / cut verify tokens in steps the plan decided (tests read them).
 counts = {"kept": 0, "cut": 0, "steps": 0}
@@ -44,12 +45,10 @@ def install_engine() -> None:
         return
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from vllm_specdec_plugin.compat.request_scope import ours
-
     schedule, update_draft = Scheduler.schedule, Scheduler.update_draft_token_ids
 
     def schedule_(self, *args, **kwargs):  # noqa: ANN001
-        if not ours(self):
+        if not enabled(self):
             return schedule(self, *args, **kwargs)
         _plan(self)
         out = schedule(self, *args, **kwargs)
@@ -67,6 +66,18 @@ def install_engine() -> None:
     Scheduler.schedule = schedule_
     Scheduler.update_draft_token_ids = update_draft_token_ids_
     _installed = True
+
+
+def enabled(scheduler: Any) -> bool:
+    """Our proposer is configured with ``step_plan`` on (cached on the scheduler)."""
+    flag = getattr(scheduler, _ENABLED, None)
+    if flag is None:
+        from vllm_specdec_plugin.compat.request_scope import ours
+        from vllm_specdec_plugin.config import from_vllm_config
+
+        flag = ours(scheduler) and from_vllm_config(scheduler.vllm_config).step_plan
+        setattr(scheduler, _ENABLED, flag)
+    return flag
 
 
 def _plan(scheduler: Any) -> None:
