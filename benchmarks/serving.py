@@ -84,6 +84,9 @@ SPEC_SERIES = {"vllm:spec_decode_num_drafts_total": "drafts",
                "specdec_draft_step_seconds_count": "draft_rounds"}
 # The plugin's shadow n-gram drafts (label outcome="drafted"|"accepted"): "shadow_<outcome>".
 SHADOW_SERIES = "specdec_shadow_draft_tokens_total"
+# The plugin's step plan (label outcome="kept"|"cut"): "plan_<outcome>", draft tokens of
+# steps that carried a prompt, verified or cut before verification.
+PLAN_SERIES = "specdec_step_plan_verify_tokens_total"
 # The plugin's decode steps by kind (labels kind="verify"|"plain"): "<kind>_<field>".
 # Their means show what a verifying step costs over a plain one at the cell's load.
 STEP_SERIES = {"specdec_target_step_seconds_sum": "step_s",
@@ -185,13 +188,13 @@ class Server:
         self.log.close()
 
     def spec_counters(self) -> dict[str, float]:
-        """SPEC_SERIES, STEP_SERIES and SHADOW_SERIES from the server's /metrics (0 for a
+        """SPEC_SERIES, STEP_SERIES, SHADOW_SERIES and PLAN_SERIES from the server's /metrics (0 for a
         series it does not export)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
             text = r.read().decode()
         out = dict.fromkeys(SPEC_SERIES.values(), 0.0)
         out.update({f"{kind}_{f}": 0.0 for kind in ("verify", "plain") for f in STEP_SERIES.values()})
-        out.update(shadow_drafted=0.0, shadow_accepted=0.0)
+        out.update(shadow_drafted=0.0, shadow_accepted=0.0, plan_kept=0.0, plan_cut=0.0)
         for line in text.splitlines():
             if line.startswith("#"):
                 continue
@@ -204,6 +207,9 @@ class Server:
             elif name == SHADOW_SERIES:
                 outcome = "accepted" if 'outcome="accepted"' in line else "drafted"
                 out[f"shadow_{outcome}"] += float(line.rsplit(" ", 1)[1])
+            elif name == PLAN_SERIES:
+                outcome = "cut" if 'outcome="cut"' in line else "kept"
+                out[f"plan_{outcome}"] += float(line.rsplit(" ", 1)[1])
         return out
 
 

@@ -35,7 +35,7 @@ def test_serving_benchmark_smoke(ci_pair, tmp_path):
         assert ("max_concurrency" in c) != ("request_rate" in c)
         # the server's speculation counters over the cell (zero without speculation)
         steps = {f"{k}_{f}" for k in ("verify", "plain") for f in ("step_s", "steps", "emitted")}
-        shadows = {"shadow_drafted", "shadow_accepted"}
+        shadows = {"shadow_drafted", "shadow_accepted", "plan_kept", "plan_cut"}
         assert set(c["spec"]) == {"drafts", "draft_tokens", "accepted", "draft_s",
                                   "draft_rounds"} | steps | shadows, sorted(c["spec"])
         if c["config"] == "nospec":
