@@ -45,7 +45,7 @@ from vllm_specdec_plugin.kv import BlockAllocator
 from vllm_specdec_plugin.match_pricing import MatchAlpha, MatchKey
 from vllm_specdec_plugin.metrics import ProposerMetrics
 from vllm_specdec_plugin.planning import Plan, Planner
-from vllm_specdec_plugin.request_state import RequestState, roll_back
+from vllm_specdec_plugin.request_state import RequestState, keep_scheduled, roll_back
 from vllm_specdec_plugin.row_inputs import end_of, grammar_for, sampling_inputs, seed_for
 from vllm_specdec_plugin.shadow import ShadowBook
 from vllm_specdec_plugin.startup_checks import check_features
@@ -155,7 +155,14 @@ class DraftModelProposer:
     def on_scheduler_output(self, scheduler_output: Any) -> None:
         """Free draft blocks of finished, aborted and preempted requests."""
         # The step's target work runs between now and the propose() call that ends it.
-        self.steps.begin(runner_hooks.num_scheduled_tokens(scheduler_output))
+        scheduled = runner_hooks.num_scheduled_tokens(scheduler_output)
+        self.steps.begin(scheduled)
+        spec = runner_hooks.scheduled_spec_tokens(scheduler_output)
+        if spec is not None and scheduled:  # drafts cut before verification are not booked
+            for rid in scheduled:
+                req = self.requests.get(rid)
+                if req is not None and req.drafted:
+                    keep_scheduled(req, len(spec.get(rid, ())), self.allocator)
         if self.scopes.note(request_scope.read(scheduler_output)):
             logger.warning("specdec: the engine process reports no cache_salt or aborts "
                            "(is the plugin registered there?); requests share no "

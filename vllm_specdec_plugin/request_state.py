@@ -66,6 +66,20 @@ def roll_back(req: RequestState, accepted: int, committed_row: np.ndarray,
     req.drafted = []
 
 
+def keep_scheduled(req: RequestState, scheduled: int, allocator: BlockAllocator | None) -> int:
+    """The scheduler verifies only the first ``scheduled`` of the request's drafts (the
+    step plan or vLLM's budget cut the rest): forget the others, so the round is booked
+    as what was verified, and with none left drop the drafts' KV now. Returns how many
+    were cut."""
+    cut = len(req.drafted) - scheduled
+    if cut <= 0:
+        return 0
+    del req.drafted[scheduled:]
+    if not req.drafted:
+        truncate(req, min(req.committed, len(req.tokens)), allocator)
+    return cut
+
+
 def truncate(req: RequestState, num_tokens: int, allocator: BlockAllocator | None) -> None:
     """Keep the first ``num_tokens`` cached tokens of a request; free the rest."""
     del req.tokens[num_tokens:]

@@ -10,10 +10,11 @@ IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # the test reads module co
 
 def test_waiting_prompts_cut_drafts_and_output_is_unchanged(ci_pair):
     # 16 prompts at once into 4 slots: 12 wait while 4 rows draft, so steps that
-    # admit them carry prefills beside drafts; a small token budget makes them bind.
+    # admit them carry prefills beside drafts; a token budget this small makes the
+    # budget bind (the slack alone depends on measured step times).
     jobs = [{"name": "b16", "prompts": PROMPTS[:16], "batch_size": 16,
              "params": {"temperature": 0, "max_tokens": MAX_TOKENS}}]
-    small = dict(max_num_seqs=4, max_num_batched_tokens=64, enable_chunked_prefill=True)
+    small = dict(max_num_seqs=4, max_num_batched_tokens=40, enable_chunked_prefill=True)
     base = run_engine(engine_kwargs(ci_pair.target, **small), jobs)
     res = run_engine(engine_kwargs(ci_pair.target, plugin_spec(ci_pair.draft, 8), **small),
                      jobs, env=IN_PROCESS)

@@ -103,3 +103,14 @@ def test_first_tokens_marks_prompts_completed_this_step():
     out = SimpleNamespace(num_scheduled_tokens={"done": 10, "chunk": 50, "last": 40, "dec": 1})
     s = SimpleNamespace(requests=reqs)
     assert scheduler_plan.first_tokens(s, out) == {"done", "last"}
+
+
+def test_drafts_cut_before_verification_are_not_booked():
+    from vllm_specdec_plugin.request_state import RequestState, keep_scheduled
+
+    req = RequestState(tokens=list(range(12)), committed=8, drafted=[8, 9, 10, 11])
+    assert keep_scheduled(req, 4, None) == 0 and req.drafted == [8, 9, 10, 11]
+    assert keep_scheduled(req, 2, None) == 2 and req.drafted == [8, 9]
+    assert len(req.tokens) == 12          # verified drafts' KV stays until roll_back
+    assert keep_scheduled(req, 0, None) == 2 and req.drafted == []
+    assert req.tokens == list(range(8))   # none verified: the drafts' KV goes now

@@ -116,6 +116,12 @@ def preempted_req_ids(scheduler_output: Any) -> set[str]:
     return set(getattr(scheduler_output, "preempted_req_ids", None) or ())
 
 
+def scheduled_spec_tokens(scheduler_output: Any) -> dict[str, list[int]] | None:
+    """req_id -> the drafts this step verifies (absent: none), or None when the output
+    carries no such field (a test's fake)."""
+    return getattr(scheduler_output, "scheduled_spec_decode_tokens", None)
+
+
 def num_scheduled_tokens(scheduler_output: Any) -> dict[str, int] | None:
     """req_id -> tokens scheduled this step (vLLM's ``SchedulerOutput``), or None
     when the output carries none (a test's fake)."""
