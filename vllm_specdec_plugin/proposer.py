@@ -367,9 +367,10 @@ class DraftModelProposer:
         scope = c.scope_of(req_id)
         return self.match_alpha.get(scope).alpha(match, c.alpha(req_id), c.global_alpha(scope))
 
-    def plan_hint(self) -> tuple:
-        """For the scheduler's step plan, with this step's drafts (``plan_hint``)."""
-        return plan_hint(self)
+    def plan_hint(self) -> tuple | None:
+        """For the scheduler's step plan, with this step's drafts (``plan_hint``);
+        None with ``step_plan`` off (the scheduler then plans nothing)."""
+        return plan_hint(self) if self.config.step_plan else None
 
     def _no_draft(self, reason: str) -> None:
         """Count a request-round decoded without drafts (k = 0 this round); the metrics

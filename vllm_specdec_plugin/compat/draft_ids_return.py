@@ -83,9 +83,9 @@ def install_worker() -> None:
             self._draft_token_ids = propose(*args, **kwargs)
             self._copy_draft_token_ids_to_cpu(args[0])
         out = take(self)
-        hint = getattr(self.drafter, "plan_hint", None) if drafter_is_ours(self) else None
-        if out is not None and hint is not None:
-            setattr(out, HINT_ATTR, hint())
+        hint = self.drafter.plan_hint() if out is not None and drafter_is_ours(self) else None
+        if hint is not None:
+            setattr(out, HINT_ATTR, hint)
         return out
 
     sample_tokens.__wrapped__ = original  # type: ignore[attr-defined]

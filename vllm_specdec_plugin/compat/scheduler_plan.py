@@ -6,10 +6,10 @@ Why: vLLM 0.32's ``Scheduler.schedule`` gives the running rows their 1 + k token
   then waits for every row's verification (measured: median TTFT 2.2-7.5x no
   speculation at concurrency >= 8 on the bench and nopay pairs, 2026-11-25).
 How: ``Scheduler.schedule`` is wrapped (installed from ``register()``; a pass-through
-  unless the scheduler's config selects our proposer with ``step_plan`` on). Before vLLM schedules, when a
-  running request is still prefilling or a waiting one can be admitted, the running
-  requests' ``spec_token_ids`` are cut to what ``step_plan.keep_drafts`` keeps (a
-  prefix of each proposal: exact). After it schedules, the SchedulerOutput carries
+  unless the scheduler's config selects our proposer with ``step_plan`` on). Before
+  vLLM schedules, when a running request is still prefilling or a waiting one can be
+  admitted, the running requests' ``spec_token_ids`` are cut to what
+  ``step_plan.keep_drafts`` keeps (a prefix of each proposal: exact). After it schedules, the SchedulerOutput carries
   ``specdec_first_tokens``: the ids whose prompt completes in this step, so the worker
   can return their first token before it drafts (``draft_ids_return``).
   ``Scheduler.update_draft_token_ids`` is wrapped to read the worker's plan hint
