@@ -105,6 +105,7 @@ class DraftModelProposer:
         self.grammars = DraftGrammars(vllm_config)  # structured output: masks the drafts
         self.stats = ProposerStats()
         self._step_no_draft: Counter[str] = Counter()  # this step's no-draft rounds, by reason
+        self.prompts_next = False  # the step plan: the next step carries a prompt
         self.draft_seconds = 0.0   # wall time spent in draft rounds (for c')
         self.draft_forwards = 0
         self.metrics = ProposerMetrics(str(getattr(mc, "served_model_name", None) or mc.model))
@@ -157,6 +158,8 @@ class DraftModelProposer:
         # The step's target work runs between now and the propose() call that ends it.
         scheduled = runner_hooks.num_scheduled_tokens(scheduler_output)
         self.steps.begin(scheduled)
+        # the next step carries a prompt: a draft round now would only delay it
+        self.prompts_next = runner_hooks.prompts_next(scheduler_output)
         spec = runner_hooks.scheduled_spec_tokens(scheduler_output)
         if spec is not None and scheduled:  # drafts cut before verification are not booked
             for rid in scheduled:
@@ -235,9 +238,14 @@ class DraftModelProposer:
                      for src, c in self.controllers.items()}
         backed_off0 = self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
         probing = any(c.probing for c in self.controllers.values())
-        held = batch_check.held([req_ids[r] for r in rows], batch, choices, estimates, self.k,
-                                probing) if self.config.adaptive else None
-        if held is not None:  # no plan could pay: skip the n-gram rounds and plans
+        if self.prompts_next:
+            held = dict.fromkeys((req_ids[r] for r in rows), "prompt_next")
+        elif self.config.adaptive:
+            held = batch_check.held([req_ids[r] for r in rows], batch, choices, estimates,
+                                    self.k, probing)
+        else:
+            held = None
+        if held is not None:  # a prompt comes next, or no plan could pay: no rounds, no plans
             plans = []
             for row in rows:
                 self.planner.hold(self.requests[req_ids[row]], int(num_tokens_no_spec[row]),

@@ -9,12 +9,14 @@ IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # the test reads module co
 
 
 def test_waiting_prompts_cut_drafts_and_output_is_unchanged(ci_pair):
-    # 16 prompts at once into 4 slots: 12 wait while 4 rows draft, so steps that
-    # admit them carry prefills beside drafts; a token budget this small makes the
-    # budget bind (the slack alone depends on measured step times).
+    # 16 prompts at once into 8 slots: a 40-token budget admits a few per step, so rows
+    # that sampled their first token hold their draft round while prompts remain; then
+    # 8 wait while 8 rows draft, and the steps that admit them (a slot freed) carry
+    # prefills beside drafts, which the budget makes the plan cut (the slack alone
+    # depends on measured step times).
     jobs = [{"name": "b16", "prompts": PROMPTS[:16], "batch_size": 16,
              "params": {"temperature": 0, "max_tokens": MAX_TOKENS}}]
-    small = dict(max_num_seqs=4, max_num_batched_tokens=40, enable_chunked_prefill=True)
+    small = dict(max_num_seqs=8, max_num_batched_tokens=40, enable_chunked_prefill=True)
     base = run_engine(engine_kwargs(ci_pair.target, **small), jobs)
     res = run_engine(engine_kwargs(ci_pair.target, plugin_spec(ci_pair.draft, 8), **small),
                      jobs, env=IN_PROCESS)
@@ -26,6 +28,7 @@ def test_waiting_prompts_cut_drafts_and_output_is_unchanged(ci_pair):
     assert p["plan_steps"] > 0 and p["plan_cut"] > 0, p      # the plan acted
     assert p["plan_kept"] + p["accepted"] > 0, p
     assert p["drafting_deferred"] >= 4, p                    # one per admitted prompt batch at least
+    assert p["no_draft"].get("prompt_next", 0) > 0, p        # no draft round while a prompt is next
     assert p["accepted"] > 0, p                              # and speculation still paid
 
 
@@ -36,4 +39,5 @@ def test_step_plan_off_verifies_every_draft(ci_pair):
                                    max_num_seqs=2), jobs, env=IN_PROCESS)
     p = res["proposer"]
     assert p["plan_steps"] == 0 and p["drafting_deferred"] == 0, p
+    assert p["no_draft"].get("prompt_next", 0) == 0, p
     assert p["accepted"] > 0, p

@@ -105,6 +105,15 @@ def test_first_tokens_marks_prompts_completed_this_step():
     assert scheduler_plan.first_tokens(s, out) == {"done", "last"}
 
 
+def test_prompts_next_when_a_prompt_is_unfinished_or_a_waiting_one_fits():
+    dec = _req("a", 10, 13, outputs=4)
+    assert not scheduler_plan.prompts_next(_scheduler([dec], []))
+    assert scheduler_plan.prompts_next(_scheduler([dec, _req("c", 100, 40)], []))
+    assert scheduler_plan.prompts_next(_scheduler([dec], [_req("n", 50, 0)], slots=2))
+    assert not scheduler_plan.prompts_next(_scheduler([dec], [_req("n", 50, 0)], slots=1))
+    assert not scheduler_plan.read_prompts_next(SimpleNamespace())  # plan off: attribute absent
+
+
 def test_drafts_cut_before_verification_are_not_booked():
     from vllm_specdec_plugin.request_state import RequestState, keep_scheduled
 

@@ -122,6 +122,12 @@ def scheduled_spec_tokens(scheduler_output: Any) -> dict[str, list[int]] | None:
     return getattr(scheduler_output, "scheduled_spec_decode_tokens", None)
 
 
+def prompts_next(scheduler_output: Any) -> bool:
+    """The scheduler's step plan expects the next step to carry a prompt
+    (``scheduler_plan.prompts_next``); False without the plan."""
+    return scheduler_plan.read_prompts_next(scheduler_output)
+
+
 def num_scheduled_tokens(scheduler_output: Any) -> dict[str, int] | None:
     """req_id -> tokens scheduled this step (vLLM's ``SchedulerOutput``), or None
     when the output carries none (a test's fake)."""

@@ -11,7 +11,10 @@ How: ``Scheduler.schedule`` is wrapped (installed from ``register()``; a pass-th
   admitted, the running requests' ``spec_token_ids`` are cut to what
   ``step_plan.keep_drafts`` keeps (a prefix of each proposal: exact). After it schedules, the SchedulerOutput carries
   ``specdec_first_tokens``: the ids whose prompt completes in this step, so the worker
-  can return their first token before it drafts (``draft_ids_return``).
+  can return their first token before it drafts (``draft_ids_return``), and
+  ``specdec_prompts_next``: whether a prompt is still unfinished or a waiting request
+  can be admitted, so the next step carries a prefill whose drafts the plan would cut;
+  the worker then skips this step's draft round (it would only delay that prompt).
   ``Scheduler.update_draft_token_ids`` is wrapped to read the worker's plan hint
   (``HINT_ATTR`` on the DraftTokenIds: per-request acceptance and the fitted step
   cost). Kept and cut verify tokens count in ``specdec_step_plan_verify_tokens_total``.
@@ -28,6 +31,7 @@ from typing import Any
 from vllm_specdec_plugin import step_plan
 
 FIRST_TOKENS_ATTR = "specdec_first_tokens"  # on SchedulerOutput: frozenset of req ids
+PROMPTS_NEXT_ATTR = "specdec_prompts_next"  # on SchedulerOutput: the next step carries a prompt
 HINT_ATTR = "specdec_plan_hint"  # on DraftTokenIds: (StepPrice | None, {req_id: alpha})
 _HINT = "_specdec_plan_hint"     # on the Scheduler: the latest hint
 _METRICS = "_specdec_plan_metrics"
@@ -53,6 +57,7 @@ def install_engine() -> None:
         _plan(self)
         out = schedule(self, *args, **kwargs)
         setattr(out, FIRST_TOKENS_ATTR, first_tokens(self, out))
+        setattr(out, PROMPTS_NEXT_ATTR, prompts_next(self))
         return out
 
     def update_draft_token_ids_(self, draft_token_ids):  # noqa: ANN001
@@ -123,6 +128,22 @@ def _plan(scheduler: Any) -> None:
     counts["cut"] += cut
     counts["steps"] += 1
     _metrics(scheduler).verify_tokens(kept, cut)
+
+
+def prompts_next(scheduler: Any) -> bool:
+    """After ``schedule``: a running request's prompt is unfinished, or a waiting one
+    has a free slot, so the next step will carry a prefill (requests that finish in
+    this step, or arrive before the next, are not known yet)."""
+    running = scheduler.running
+    if any(r.num_computed_tokens < r.num_prompt_tokens for r in running):
+        return True
+    return len(running) < scheduler.max_num_active_reqs \
+        and bool(len(scheduler.waiting) or len(scheduler.kv_holding_waiting))
+
+
+def read_prompts_next(scheduler_output: Any) -> bool:
+    """What ``prompts_next`` marked on a SchedulerOutput (False when not attached)."""
+    return bool(getattr(scheduler_output, PROMPTS_NEXT_ATTR, False))
 
 
 def first_tokens(scheduler: Any, out: Any) -> frozenset[str]:
