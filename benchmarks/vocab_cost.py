@@ -228,8 +228,8 @@ PROBE = Probe()
 
 
 def draft_step(api: SimpleNamespace, c: Cell) -> tuple[list[list[int]], torch.Tensor | None]:
-    """What the proposer does around the draft's forwards (``_draft``, ``run_round``,
-    ``_publish_draft_probs``): every row drafts all k tokens, rows in batch order."""
+    """What the proposer does around the draft's forwards (``DraftBatch.run``, ``run_round``,
+    ``DraftBatch.publish``): every row drafts all k tokens, rows in batch order."""
     if c.mix.ngram:
         with PROBE.section("draft.build"):
             return c.ngram_drafts, api.build_q([], None, c.ngram_drafts, c.vocab, DEVICE)

@@ -60,11 +60,11 @@ def main() -> None:
               speculative_config=spec, seed=0)
     prop = find_proposer(llm)
     acc: dict[str, float] = defaultdict(float)
-    _wrap(prop, "_draft", acc, "draft round (all passes)")
+    _wrap(prop.rounds, "run", acc, "draft round (all passes)")
     _wrap(draft_model.DraftKernels, "forward", acc, "  model forward + logits")
     _wrap(draft_model.DraftKernels, "metadata", acc, "  attention metadata")
     _wrap(sampler.DraftSampler, "pick", acc, "  sample (argmax/q)")
-    _wrap(prop, "_publish_draft_probs", acc, "publish q")
+    _wrap(prop.rounds, "publish", acc, "publish q")
     _wrap(prop.planner, "plan", acc, "plan (per request)")
     _wrap(prop.planner, "fit", acc, "fit (budget, reserve)")
     _wrap(prop, "_verified", acc, "rollback (per request)")
@@ -73,7 +73,7 @@ def main() -> None:
     for bs in [int(b) for b in a.batches.split(",")]:
         llm.generate(prompts[:bs], params, use_tqdm=False)  # warm-up
         acc.clear()
-        rounds0, fwd0 = prop.stats.rounds, prop.draft_forwards
+        rounds0, fwd0 = prop.stats.rounds, prop.rounds.forwards
         prof = cProfile.Profile()
         inner = prop.propose
 
@@ -92,7 +92,7 @@ def main() -> None:
         wall = time.perf_counter() - t0
         prop.propose = inner
         rounds = prop.stats.rounds - rounds0
-        forwards = prop.draft_forwards - fwd0
+        forwards = prop.rounds.forwards - fwd0
         print(f"\n=== batch {bs}, k={a.k}: {rounds} rounds, {forwards} draft forwards, "
               f"wall {wall:.2f} s ===")
         for key in sorted(acc, key=lambda x: (x.startswith("  "), x)):

@@ -161,6 +161,17 @@ class ProposerMetrics:
     def no_draft(self, reason: str, n: int = 1) -> None:
         self._no_draft[reason].inc(n)
 
+    def step_done(self, ks: Iterable[int], no_draft: Mapping[str, int],
+                  rounds: Mapping[str, int], backed_off: int) -> None:
+        """One propose() step: the k of each drafting row, rows without drafts by
+        reason (each a k = 0), rounds by source, and requests backed off."""
+        self.chosen_k(ks)
+        for reason, n in no_draft.items():
+            self.no_draft(reason, n)
+            self.chosen_k((0,) * n)
+        self.sources(rounds)
+        self.backed_off(backed_off)
+
     def kv_blocks(self, used: int, total: int) -> None:
         self._blocks_used.set(used)
         self._blocks_total.set(total)

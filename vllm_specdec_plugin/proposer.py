@@ -9,7 +9,7 @@ drafts. For every running request the proposer
 1. rolls its draft KV back to the accepted length (``request_state.roll_back``);
 2. plans the round (``planning``): n-gram drafts, a draft-model plan, or none; with
    adaptive k the step as a whole must pay its fixed cost (``batch_check``);
-3. runs the draft-model plans as one batched round (``draft/round.py``): the
+3. runs the draft-model plans as one batched round (``draft/batch.py``, ``round.py``): the
    committed tokens the draft has not seen (lazy prefill, chunked under a budget),
    then k-1 decode passes, on vLLM's model class and attention backend over the
    plugin's own KV (``compat/draft_model.py``);
@@ -24,29 +24,27 @@ cost model (``step_cost``); the module map in docs/design.md names the rest.
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from typing import Any
 
 import numpy as np
 import torch
 
-from vllm_specdec_plugin import batch_check, draft_probs
+from vllm_specdec_plugin import batch_check
 from vllm_specdec_plugin.adaptive import AdaptiveK, controllers_for
 from vllm_specdec_plugin.compat import (draft_ids_return, draft_model, rejection_adapter,
                                         request_scope, runner_hooks)
 from vllm_specdec_plugin.compat.draft_grammar import DraftGrammars
 from vllm_specdec_plugin.config import SpecDecConfig, from_vllm_config, resolve_dtype
 from vllm_specdec_plugin.draft.checks import check_draft_compatible, resolve_draft_path
-from vllm_specdec_plugin.draft.round import draft_plans
+from vllm_specdec_plugin.draft.batch import DraftBatch
 from vllm_specdec_plugin.draft.setup import load_draft, log_vocab_buffers
-from vllm_specdec_plugin.draft.sampler import DraftSampler
 from vllm_specdec_plugin.kv import BlockAllocator
 from vllm_specdec_plugin.match_pricing import MatchAlpha, MatchKey
 from vllm_specdec_plugin.metrics import ProposerMetrics
 from vllm_specdec_plugin.planning import Plan, Planner
-from vllm_specdec_plugin.request_state import RequestState, keep_scheduled, roll_back
-from vllm_specdec_plugin.row_inputs import end_of, grammar_for, sampling_inputs, seed_for
+from vllm_specdec_plugin.request_state import RequestState, commit_round, keep_scheduled, roll_back
+from vllm_specdec_plugin.row_inputs import end_of, grammar_for
 from vllm_specdec_plugin.shadow import ShadowBook
 from vllm_specdec_plugin.startup_checks import check_features
 from vllm_specdec_plugin.stats import ProposerStats, RequestAcceptance
@@ -106,9 +104,9 @@ class DraftModelProposer:
         self.stats = ProposerStats()
         self._step_no_draft: Counter[str] = Counter()  # this step's no-draft rounds, by reason
         self.prompts_next = False  # the step plan: the next step carries a prompt
-        self.draft_seconds = 0.0   # wall time spent in draft rounds (for c')
-        self.draft_forwards = 0
         self.metrics = ProposerMetrics(str(getattr(mc, "served_model_name", None) or mc.model))
+        self.rounds = DraftBatch(self.config.draft_sampling, self.grammars, self.vocab_size,
+                                 self.stats, self.metrics, self.step_cost)
         self.steps = StepRecorder(self.step_cost, self.metrics)
         self.shadows = ShadowBook(self.controllers["ngram"], self.match_alpha,
                                   self.planner.shadow_drafts, self.stats, self.metrics) \
@@ -134,7 +132,7 @@ class DraftModelProposer:
         so on GPU the draft weights and pool are subtracted from the target's budget.
         """
         p = next(iter(target_model.parameters()), None) if target_model is not None else None
-        self.device = p.device if p is not None else torch.device("cpu")
+        self.device = self.rounds.device = p.device if p is not None else torch.device("cpu")
         self.ready = True
         log_vocab_buffers(self.vllm_config, self.k, self.vocab_size, self.uses_model)
         if not self.uses_model:
@@ -145,6 +143,7 @@ class DraftModelProposer:
             self.vllm_config, self.config, self.draft_path, self.draft_hf_config, self.dtype,
             self.dtype_name, self.device, self.max_model_len, self.vocab_size)
         self.planner.allocator = self.allocator
+        self.rounds.kernels = self.kernels
         self.metrics.kv_blocks(0, self.allocator.num_blocks)
 
     def bind_runner(self, runner: Any) -> None:
@@ -269,17 +268,17 @@ class DraftModelProposer:
                 (ngram_plans if plan.drafts else model_plans).append(plan)
         for plan in ngram_plans:  # n-gram drafts: ready, point masses
             out[plan.row] = plan.drafts
-            self._committed_round(plan, "ngram")
+            commit_round(plan, "ngram", self.stats)
         model_plans = self.planner.fit(model_plans) if model_plans else []
         drafting = [p for p in model_plans if p.k > 0]
         sampler = None
         if model_plans:
-            sampler = self._draft(model_plans, token_ids_cpu)
+            sampler = self.rounds.run(self.runner, model_plans, token_ids_cpu)
             for p in drafting:
                 out[p.row] = p.drafts
-                self._committed_round(p, "draft")
+                commit_round(p, "draft", self.stats)
         if drafting or ngram_plans:
-            self._publish_draft_probs(drafting, ngram_plans, sampler)
+            self.rounds.publish(self.runner, drafting, ngram_plans, sampler)
         if self.shadows is not None:
             self.shadows.propose([r for r in rows if not (out[r] and self.requests[req_ids[r]]
                                                            .source == "ngram")],
@@ -291,51 +290,15 @@ class DraftModelProposer:
         if self.config.adaptive:  # after every cut (batch check, grammar, pool): the truth
             for c in self.controllers.values():
                 c.step_verifies(verifies)
-        self.metrics.chosen_k(len(d) for d in out if d)
-        for reason, n in self._step_no_draft.items():
-            self.metrics.no_draft(reason, n)
-            self.metrics.chosen_k((0,) * n)
+        self.metrics.step_done((len(d) for d in out if d), self._step_no_draft,
+                               Counter(self.requests[req_ids[r]].source if out[r] else "none"
+                                       for r in rows),
+                               self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
+                               - backed_off0)
         self._step_no_draft.clear()
-        self.metrics.sources(Counter(self.requests[req_ids[r]].source if out[r] else "none"
-                                     for r in rows))
-        self.metrics.backed_off(self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
-                                - backed_off0)
         if self.allocator is not None:
             self.metrics.kv_blocks(self.allocator.num_used, self.allocator.num_blocks)
         return out
-
-    def _draft(self, plans: list[Plan], token_ids_cpu: np.ndarray) -> DraftSampler:
-        """Run one round over ``plans`` (sorted by k desc) and book its results."""
-        t0 = time.perf_counter()
-        for p in plans:
-            if p.k > 0:
-                sampling_inputs(self.runner, p, token_ids_cpu[p.row], self.config.draft_sampling)
-        sampler = DraftSampler([p.spec for p in plans], [p.prompt for p in plans],
-                               [p.output for p in plans], [seed_for(self.runner, p.req_id) for p in plans],
-                               max(p.k for p in plans), self.vocab_size, self.device,
-                               masks=self.grammars.round_masks([p.grammar for p in plans]),
-                               lengths=[p.length for p in plans])
-        fed = sum(len(p.new_tokens) for p in plans)  # before the round feeds them
-        passes = draft_plans(self.kernels, plans, sampler, self.device, self.stats)
-        dt = time.perf_counter() - t0
-        self.draft_seconds += dt
-        self.draft_forwards += passes
-        self.metrics.draft_step(dt)
-        if any(p.k > 0 for p in plans):
-            # pass 1 ran every catch-up token; each later pass one per row still drafting
-            tokens = fed + sum(max(p.k - 1, 0) for p in plans)
-            self.step_cost.observe_draft_step(dt, passes, tokens)
-        return sampler
-
-    def _publish_draft_probs(self, drafting: list[Plan], ngram_plans: list[Plan],
-                             sampler: DraftSampler | None) -> None:
-        """q for every drafted row (model rows first, then n-gram rows)."""
-        plans = drafting + ngram_plans
-        sampled = [i for i, p in enumerate(drafting) if p.spec is not None]
-        probs = draft_probs.build(sampled, sampler.q if sampler else None,
-                                  [p.drafts for p in plans], self.vocab_size, self.device)
-        if probs is not None:
-            runner_hooks.set_draft_probs(self.runner, [p.req_id for p in plans], probs)
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -353,15 +316,6 @@ class DraftModelProposer:
             if req.match is not None and self.match_alpha is not None:  # an n-gram round
                 self.match_alpha.get(req.scope).observe(req.match, len(req.drafted), accepted)
             roll_back(req, accepted, committed_row, self.allocator, self.stats)
-
-    def _committed_round(self, plan: Plan, source: str) -> None:
-        if source == "ngram":
-            plan.req.shadow = None  # a verified round measures the same thing
-        self.stats.by_source[source] += 1
-        plan.req.committed = plan.length
-        plan.req.drafted = list(plan.drafts)
-        plan.req.source = source
-        plan.req.match = plan.match
 
     def _end(self, row: int, req_id: str) -> int | None:
         return end_of(self.runner, row, req_id)

@@ -66,6 +66,19 @@ def roll_back(req: RequestState, accepted: int, committed_row: np.ndarray,
     req.drafted = []
 
 
+def commit_round(plan: Any, source: str, stats: ProposerStats) -> None:
+    """Book a ``planning.Plan``'s drafts, from ``source`` ("draft" or "ngram"), on its
+    request: they are what the next verification judges."""
+    req = plan.req
+    if source == "ngram":
+        req.shadow = None  # a verified round measures the same thing
+    stats.by_source[source] += 1
+    req.committed = plan.length
+    req.drafted = list(plan.drafts)
+    req.source = source
+    req.match = plan.match
+
+
 def keep_scheduled(req: RequestState, scheduled: int, allocator: BlockAllocator | None) -> int:
     """The scheduler verifies only the first ``scheduled`` of the request's drafts (the
     step plan or vLLM's budget cut the rest): forget the others, so the round is booked

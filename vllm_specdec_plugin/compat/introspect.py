@@ -46,8 +46,8 @@ def proposer_snapshot(llm: Any) -> dict | None:
         "by_source": dict(s.by_source),
         "live_requests": len(d.requests), "rounds": s.rounds, "drafted": s.drafted,
         "accepted": s.accepted, "no_draft": dict(s.no_draft), "resyncs": s.resyncs,
-        "prefill_tokens": s.prefill_tokens, "max_round_prefill": s.max_round_prefill, "draft_seconds": d.draft_seconds,
-        "draft_forwards": d.draft_forwards,
+        "prefill_tokens": s.prefill_tokens, "max_round_prefill": s.max_round_prefill, "draft_seconds": d.rounds.seconds,
+        "draft_forwards": d.rounds.forwards,
         "model_class": type(d.model).__name__ if d.model is not None else None,
         # tokens of finished requests held per tenancy scope, e.g. {"salt:a": 512}
         "corpus_tokens": {":".join(str(x) for x in scope): n for scope, n in
