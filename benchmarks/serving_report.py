@@ -178,6 +178,40 @@ def cpu_lines(res: dict) -> list[str]:
     return lines + [""]
 
 
+def rep_lines(res: dict) -> list[str]:
+    """Markdown: every cell's ratios to no speculation in the same repetition (the
+    first-token and tail columns first), and the share of draft tokens the step plan cut
+    (cut / (verified + cut); "–" where the server has no plan)."""
+    base = {(c["workload"], *_load_of(c), c["repetition"]): c
+            for c in res["cells"] if c["config"] == BASELINE}
+    order = ("median_ttft_ms", "p99_ttft_ms", "p99_e2el_ms", "output_throughput",
+             "median_tpot_ms", "p99_tpot_ms")
+    rows = []
+    for c in res["cells"]:
+        kind, load = _load_of(c)
+        b = base.get((c["workload"], kind, load, c["repetition"]))
+        if b is None or c["config"] == BASELINE:
+            continue
+        ratio = [f"{c[m] / b[m]:.2f}" if c.get(m) is not None and b.get(m) else "–" for m in order]
+        sp = c.get("spec") or {}
+        cut, kept = sp.get("plan_cut"), sp.get("draft_tokens", 0)
+        plugin = c["config"].startswith("plugin")  # in-tree servers export no plan counter
+        share = f"{cut / (cut + kept):.2f}" if plugin and cut is not None and cut + kept else "–"
+        flag = "*" if c.get("contended") or b.get("contended") else ""
+        rows.append(((c["workload"], kind, load, c["repetition"], c["config"]),
+                     f"| {workload_label(c['workload'])} | {_load_label(kind, load)} | "
+                     f"{c['repetition']} | {c['config']}{flag} | " + " | ".join(ratio)
+                     + f" | {share} |"))
+    if not rows:
+        return []
+    return ["## Every repetition: ratios to no speculation", "",
+            "Paired with no speculation's cell of the same repetition. cut share: draft "
+            "tokens the step plan cut before verification / (verified + cut).", "",
+            "| workload | load | rep | config | TTFT p50 | TTFT p99 | e2e p99 | tput | "
+            "TPOT p50 | TPOT p99 | cut share |", "|---|---|---:|---|" + "---:|" * 7] + \
+        [r[1] for r in sorted(rows)] + [""]
+
+
 def step_lines(res: dict) -> list[str]:
     """Markdown: the plugin's decode steps per cell, verifying vs plain (mean ms and
     tokens emitted per step), from its step counters; [] when no cell has them."""
@@ -248,6 +282,7 @@ def markdown(res: dict) -> str:
                   ", ".join(f"{c}: {'never' if v is None else f'{v:g}'}"
                             for c, v in cross[(workload, kind)].items()), ""]
     lines += pooled_lines(res)
+    lines += rep_lines(res)
     lines += cpu_lines(res)
     lines += step_lines(res)
     rows = bound_rows(res)

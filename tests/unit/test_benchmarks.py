@@ -395,9 +395,10 @@ def test_nospec_again_is_an_a_a_control_not_a_second_baseline():
 
 @pytest.mark.unit
 def test_serving_report_pools_paired_ratios_next_to_the_a_a_control():
-    """serving.md: each cell's throughput ratio carries its range over repetitions, and
-    the pooled section gives every config's geometric mean [min, max] of paired ratios
-    over loads and repetitions, the A/A control included."""
+    """serving.md: each cell's throughput ratio carries its range over repetitions, the
+    pooled section gives every config's geometric mean [min, max] of paired ratios
+    over loads and repetitions, the A/A control included, and every repetition's
+    ratios are listed."""
     from benchmarks import serving_report
 
     cells = []
@@ -423,6 +424,8 @@ def test_serving_report_pools_paired_ratios_next_to_the_a_a_control():
     replay = "mixed (replay: 8 prompts cycled)"
     assert f"| {replay} | concurrency | plugin-x | 4 | 1.044x [0.90, 1.21] | 0.958x [0.83, 1.11] |" in md
     assert f"| {replay} | concurrency | nospec-again | 4 | 0.995x [0.90, 1.10] |" in md
+    # every repetition: TTFT p50 / p99, e2e p99, tput, TPOT p50 / p99, plan cut share
+    assert f"| {replay} | c = 4 | 1 | plugin-x | 1.00 | 1.00 | 0.83 | 1.21 | 0.83 | 0.83 | – |" in md
 
 
 @pytest.mark.unit
