@@ -132,7 +132,7 @@ class DraftModelProposer:
         so on GPU the draft weights and pool are subtracted from the target's budget.
         """
         p = next(iter(target_model.parameters()), None) if target_model is not None else None
-        self.device = self.rounds.device = p.device if p is not None else torch.device("cpu")
+        self.device = p.device if p is not None else torch.device("cpu")
         self.ready = True
         log_vocab_buffers(self.vllm_config, self.k, self.vocab_size, self.uses_model)
         if not self.uses_model:
@@ -143,7 +143,6 @@ class DraftModelProposer:
             self.vllm_config, self.config, self.draft_path, self.draft_hf_config, self.dtype,
             self.dtype_name, self.device, self.max_model_len, self.vocab_size)
         self.planner.allocator = self.allocator
-        self.rounds.kernels = self.kernels
         self.metrics.kv_blocks(0, self.allocator.num_blocks)
 
     def bind_runner(self, runner: Any) -> None:
@@ -273,12 +272,13 @@ class DraftModelProposer:
         drafting = [p for p in model_plans if p.k > 0]
         sampler = None
         if model_plans:
-            sampler = self.rounds.run(self.runner, model_plans, token_ids_cpu)
+            sampler = self.rounds.run(self.runner, self.kernels, self.device, model_plans,
+                                      token_ids_cpu)
             for p in drafting:
                 out[p.row] = p.drafts
                 commit_round(p, "draft", self.stats)
         if drafting or ngram_plans:
-            self.rounds.publish(self.runner, drafting, ngram_plans, sampler)
+            self.rounds.publish(self.runner, self.device, drafting, ngram_plans, sampler)
         if self.shadows is not None:
             self.shadows.propose([r for r in rows if not (out[r] and self.requests[req_ids[r]]
                                                            .source == "ngram")],

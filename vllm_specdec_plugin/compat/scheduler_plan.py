@@ -9,9 +9,10 @@ How: ``Scheduler.schedule`` is wrapped (installed from ``register()``; a pass-th
   unless the scheduler's config selects our proposer with ``step_plan`` on). Before
   vLLM schedules, when a running request is still prefilling or a waiting one can be
   admitted, the running requests' ``spec_token_ids`` are cut to what
-  ``step_plan.keep_drafts`` keeps (a prefix of each proposal: exact). After it schedules, the SchedulerOutput carries
-  ``specdec_first_tokens``: the ids whose prompt completes in this step, so the worker
-  can return their first token before it drafts (``draft_ids_return``), and
+  ``step_plan.keep_drafts`` keeps (a prefix of each proposal: exact). After it
+  schedules, the SchedulerOutput carries ``specdec_first_tokens``: the ids whose
+  prompt completes in this step, so the worker can return their first token before it
+  drafts (``draft_ids_return``), and
   ``specdec_prompts_next``: whether a prompt is still unfinished or a waiting request
   can be admitted, so the next step carries a prefill whose drafts the plan would cut;
   the worker then skips this step's draft round (it would only delay that prompt).
@@ -26,7 +27,7 @@ Remove when: vLLM budgets draft tokens against waiting prefills itself.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Iterator
 
 from vllm_specdec_plugin import step_plan
 
@@ -93,7 +94,7 @@ def _plan(scheduler: Any) -> None:
     rows = []
     cost, alphas = getattr(scheduler, _HINT, (None, {}))
     for req in running:
-        if req.num_computed_tokens < req.num_prompt_tokens:
+        if _prefilling(req):
             prefilling += 1
             prefill_tokens += req.num_tokens - req.num_computed_tokens
             continue
@@ -101,15 +102,10 @@ def _plan(scheduler: Any) -> None:
         if req.spec_token_ids:
             rows.append(step_plan.Row(req.request_id, len(req.spec_token_ids),
                                       alphas.get(req.request_id)))
-    slots = scheduler.max_num_active_reqs - len(running)
-    for queue in (scheduler.kv_holding_waiting, scheduler.waiting):
-        for req in queue:
-            if slots <= 0:
-                break
-            slots -= 1
-            prefilling += 1
-            # an upper bound: prefix-cache hits are known only once it is scheduled
-            prefill_tokens += req.num_tokens - req.num_computed_tokens
+    for req in _admissible(scheduler):
+        prefilling += 1
+        # an upper bound: prefix-cache hits are known only once it is scheduled
+        prefill_tokens += req.num_tokens - req.num_computed_tokens
     if not rows or not prefilling:
         return
     keep = step_plan.keep_drafts(rows, decode_rows=decode_rows,
@@ -134,11 +130,25 @@ def prompts_next(scheduler: Any) -> bool:
     """After ``schedule``: a running request's prompt is unfinished, or a waiting one
     has a free slot, so the next step will carry a prefill (requests that finish in
     this step, or arrive before the next, are not known yet)."""
-    running = scheduler.running
-    if any(r.num_computed_tokens < r.num_prompt_tokens for r in running):
-        return True
-    return len(running) < scheduler.max_num_active_reqs \
-        and bool(len(scheduler.waiting) or len(scheduler.kv_holding_waiting))
+    return any(_prefilling(r) for r in scheduler.running) \
+        or next(_admissible(scheduler), None) is not None
+
+
+def _prefilling(req: Any) -> bool:
+    """Its prompt is not yet all computed (a chunked prefill in progress)."""
+    return req.num_computed_tokens < req.num_prompt_tokens
+
+
+def _admissible(scheduler: Any) -> Iterator[Any]:
+    """The waiting requests the free slots admit next, in vLLM's order (requests
+    holding KV first); lazily, so a yes/no question reads one."""
+    slots = scheduler.max_num_active_reqs - len(scheduler.running)
+    for queue in (scheduler.kv_holding_waiting, scheduler.waiting):
+        for req in queue:
+            if slots <= 0:
+                return
+            slots -= 1
+            yield req
 
 
 def read_prompts_next(scheduler_output: Any) -> bool:

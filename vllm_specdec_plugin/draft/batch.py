@@ -16,6 +16,7 @@ import torch
 from vllm_specdec_plugin import draft_probs
 from vllm_specdec_plugin.compat import runner_hooks
 from vllm_specdec_plugin.compat.draft_grammar import DraftGrammars
+from vllm_specdec_plugin.compat.draft_model import DraftKernels
 from vllm_specdec_plugin.draft.round import draft_plans
 from vllm_specdec_plugin.draft.sampler import DraftSampler
 from vllm_specdec_plugin.planning import Plan
@@ -24,7 +25,7 @@ from vllm_specdec_plugin.step_cost import StepCost
 
 
 class DraftBatch:
-    """Runs and books draft rounds; ``kernels`` is set once the draft is loaded."""
+    """Runs and books draft rounds on the proposer's kernels and device."""
 
     def __init__(self, draft_sampling: str, grammars: DraftGrammars, vocab_size: int,
                  stats: Any, metrics: Any, step_cost: StepCost):
@@ -32,12 +33,11 @@ class DraftBatch:
         self.grammars = grammars
         self.vocab_size = vocab_size
         self.stats, self.metrics, self.step_cost = stats, metrics, step_cost
-        self.kernels: Any = None
-        self.device = torch.device("cpu")
         self.seconds = 0.0   # wall time spent in draft rounds (for c')
         self.forwards = 0    # draft forward passes run
 
-    def run(self, runner: Any, plans: list[Plan], token_ids_cpu: np.ndarray) -> DraftSampler:
+    def run(self, runner: Any, kernels: DraftKernels, device: torch.device, plans: list[Plan],
+            token_ids_cpu: np.ndarray) -> DraftSampler:
         """One round over ``plans`` (sorted by k desc; token_ids_cpu: [rows, max_model_len]
         committed tokens); fills each plan's drafts and returns the sampler (q)."""
         t0 = time.perf_counter()
@@ -45,12 +45,13 @@ class DraftBatch:
             if p.k > 0:
                 sampling_inputs(runner, p, token_ids_cpu[p.row], self.draft_sampling)
         sampler = DraftSampler([p.spec for p in plans], [p.prompt for p in plans],
-                               [p.output for p in plans], [seed_for(runner, p.req_id) for p in plans],
-                               max(p.k for p in plans), self.vocab_size, self.device,
+                               [p.output for p in plans],
+                               [seed_for(runner, p.req_id) for p in plans],
+                               max(p.k for p in plans), self.vocab_size, device,
                                masks=self.grammars.round_masks([p.grammar for p in plans]),
                                lengths=[p.length for p in plans])
         fed = sum(len(p.new_tokens) for p in plans)  # before the round feeds them
-        passes = draft_plans(self.kernels, plans, sampler, self.device, self.stats)
+        passes = draft_plans(kernels, plans, sampler, device, self.stats)
         dt = time.perf_counter() - t0
         self.seconds += dt
         self.forwards += passes
@@ -61,12 +62,12 @@ class DraftBatch:
             self.step_cost.observe_draft_step(dt, passes, tokens)
         return sampler
 
-    def publish(self, runner: Any, drafting: list[Plan], ngram_plans: list[Plan],
-                sampler: DraftSampler | None) -> None:
+    def publish(self, runner: Any, device: torch.device, drafting: list[Plan],
+                ngram_plans: list[Plan], sampler: DraftSampler | None) -> None:
         """q [rows, K, V] for every drafted row (model rows first, then n-gram rows)."""
         plans = drafting + ngram_plans
         sampled = [i for i, p in enumerate(drafting) if p.spec is not None]
         probs = draft_probs.build(sampled, sampler.q if sampler else None,
-                                  [p.drafts for p in plans], self.vocab_size, self.device)
+                                  [p.drafts for p in plans], self.vocab_size, device)
         if probs is not None:
             runner_hooks.set_draft_probs(runner, [p.req_id for p in plans], probs)
