@@ -31,7 +31,7 @@ token is argmax(p_k).
 
 Seeded sampled rows (a seed, not greedy) are verified like greedy rows, against
 y_j = first_argmax(p_j / E_{t0+j}) instead of argmax(p_j): E_t [V] are i.i.d. Exp(1)
-noise keyed by (seed, absolute position t) alone (`position_noise`), t0 the
+noise keyed by (seed, absolute position t) alone (`token_draw.position_noise`), t0 the
 position of the row's first output token (its committed length). The exponential
 race makes y_j a sample from p_j, and the token emitted at position t is y_t
 whatever was drafted, so the output is a function of (seed, p) only: the same under
@@ -49,9 +49,9 @@ Unseeded sampled rows share torch's default generator: one call
 `torch.rand(B, K + 1, dtype=torch.float64)` per batch that has any; row b uses
 u_0..u_n: u_j (j < n) is the acceptance test of draft j (accepted iff
 u_j <= p_j(x) / q_j(x)) and u_n picks the recovered or bonus token by inverting the
-float64 cumulative sum of its (unnormalised) distribution. The reference draws the
-same way, so from the same default-generator state `rejection_sample` matches
-`rejection_sample_reference` bit for bit on every row. (vLLM draws from each seeded
+float64 cumulative sum of its (unnormalised) distribution. The reference
+(`rejection_reference.py`) draws the same way, so from the same default-generator state
+`rejection_sample` matches it bit for bit on every row. (vLLM draws from each seeded
 request's own generator instead; for seeded requests the plugin's tokens are not
 vLLM's, only distributed alike.)
 """
@@ -62,95 +62,10 @@ from collections.abc import Sequence
 
 import torch
 
+from vllm_specdec_plugin.token_draw import (coupled_token, first_argmax, position_noise_rows,
+                                            sample_from_weights)
+
 PLACEHOLDER_TOKEN_ID = -1
-
-_M64 = (1 << 64) - 1
-_M32 = (1 << 32) - 1
-# Smallest normal float32: p / E stays finite (p <= 1), and a p = 0 token scores 0,
-# below any positive p, even when its E would have been 0.
-_TINY = torch.finfo(torch.float32).tiny
-
-
-def _splitmix64(x: int) -> int:
-    """splitmix64's step and finaliser (Steele et al.): a bijection on 64 bits."""
-    x = (x + 0x9E3779B97F4A7C15) & _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
-
-
-def _fmix32(x: int) -> int:
-    """murmur3's 32-bit finaliser: a bijection on 32 bits."""
-    x ^= x >> 16
-    x = (x * 0x85EBCA6B) & _M32
-    x ^= x >> 13
-    x = (x * 0xC2B2AE35) & _M32
-    return x ^ (x >> 16)
-
-
-def noise_seed(seed: int, position: int) -> int:
-    """The 64-bit generator seed of position ``position`` (>= 0) of a request seeded
-    with ``seed`` (any int; taken mod 2^64).
-
-    CPU generators (mt19937) keep only the low 32 bits of their seed, so those bits
-    are a bijection of the position for a fixed seed: two positions of one request
-    never share noise (for t < 2^32). The high 32 bits come from the seed alone and
-    separate requests further on generators that use all 64 (CUDA's Philox).
-    """
-    s = _splitmix64(int(seed) & _M64)
-    return (s & (_M64 ^ _M32)) | _fmix32((s + int(position)) & _M32)
-
-
-def position_noise(seed: int, position: int, vocab: int,
-                   device: torch.device | str = "cpu") -> torch.Tensor:
-    """E_t: [V] float32 i.i.d. Exp(1), clamped to >= the smallest normal float32, a
-    function of (seed, position, V, device type) alone.
-
-    Drawn from a fresh generator on ``device`` (so the draft and the target must sample
-    on the same device type for their drafts to agree; exactness never depends on it).
-    """
-    g = torch.Generator(device=device)
-    g.manual_seed(noise_seed(seed, position))
-    e = torch.empty(vocab, dtype=torch.float32, device=device).exponential_(generator=g)
-    return e.clamp_min_(_TINY)
-
-
-def position_noise_rows(seed: int, start: int, count: int, vocab: int,
-                        device: torch.device | str = "cpu") -> torch.Tensor:
-    """E_start .. E_{start+count-1} of one request: [count, V] float32."""
-    out = torch.empty(count, vocab, dtype=torch.float32, device=device)
-    for i in range(count):
-        out[i] = position_noise(seed, start + i, vocab, device)
-    return out
-
-
-def coupled_token(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """first_argmax(probs / noise) over the last dim: probs [..., V] >= 0 with a
-    positive sum, noise [..., V] from ``position_noise``. Returns [...] int64.
-
-    Token i wins with probability probs[i] / sum(probs) (the exponential race,
-    equivalent to Gumbel-max); a probs = 0 token never wins.
-    """
-    return first_argmax(probs.to(torch.float32) / noise)
-
-
-def sample_from_weights(
-    weights: torch.Tensor,  # [..., V] float, >= 0, positive sum per row
-    uniform: torch.Tensor,  # [...] float64 in [0, 1)
-) -> torch.Tensor:
-    """Inverse-CDF sampling: token i with probability weights[i] / sum(weights).
-
-    Returns [...] int64. The float64 cumulative sum makes rounding bias negligible,
-    and a zero-weight token is never returned: it would need cdf[i-1] <= x < cdf[i]
-    with cdf[i] == cdf[i-1]. The only rounding edge, x == total, is clamped to the
-    last positive-weight token.
-    """
-    cdf = weights.double().cumsum(dim=-1)
-    x = (uniform * cdf[..., -1]).unsqueeze(-1)
-    index = torch.searchsorted(cdf, x, right=True).squeeze(-1)
-    vocab = weights.shape[-1]
-    last_positive = vocab - 1 - (weights > 0).flip(-1).to(torch.uint8).argmax(dim=-1)
-    return torch.minimum(index, last_positive)
 
 
 def rejection_sample(
@@ -174,10 +89,10 @@ def rejection_sample(
     Returns (output_token_ids [B, K + 1] int64: accepted drafts, then one recovered
     or bonus token, then placeholders; num_accepted [B] int64).
     """
-    batch, max_k, vocab, device = _check_shapes(
+    batch, max_k, vocab, device = check_shapes(
         draft_token_ids, num_draft_tokens, draft_probs, target_probs, is_greedy
     )
-    coupled = _coupled_rows(seeds, positions, is_greedy)  # [B] bool list
+    coupled = coupled_rows(seeds, positions, is_greedy)  # [B] bool list
     p = target_probs.to(torch.float32)  # [T, V]
     num_draft = num_draft_tokens.to(device=device, dtype=torch.long)  # [B]
     greedy = is_greedy.to(device=device, dtype=torch.bool)  # [B]
@@ -291,86 +206,10 @@ def greedy_verify(
     return output
 
 
-def rejection_sample_reference(
-    draft_token_ids: torch.Tensor,  # [B, K] int64, placeholder-padded past num_draft
-    num_draft_tokens: torch.Tensor,  # [B] int64 in 0..K
-    draft_probs: torch.Tensor | None,  # [sum(n_b), V] float, or None (point mass)
-    target_probs: torch.Tensor,  # [sum(n_b + 1), V] float
-    is_greedy: torch.Tensor,  # [B] bool
-    seeds: Sequence[int | None] | None = None,  # [B]
-    positions: Sequence[int] | None = None,  # [B]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Slow, obviously-correct per-row loop; same contract as `rejection_sample`."""
-    batch, max_k, vocab, device = _check_shapes(
-        draft_token_ids, num_draft_tokens, draft_probs, target_probs, is_greedy
-    )
-    coupled = _coupled_rows(seeds, positions, is_greedy)
-    # Unseeded sampled rows: the same one batched draw as the fast version.
-    shared = None
-    if not all(g or c for g, c in zip(is_greedy.tolist(), coupled)):
-        shared = torch.rand(batch, max_k + 1, dtype=torch.float64, device=device)
-    output = torch.full(
-        (batch, max_k + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.long, device=device
-    )
-    num_accepted = torch.zeros(batch, dtype=torch.long, device=device)
-    p_start = q_start = 0
-
-    for b in range(batch):
-        n = int(num_draft_tokens[b])
-        p = target_probs[p_start : p_start + n + 1].to(torch.float32)  # [n + 1, V]
-        q_all = None if draft_probs is None else draft_probs[q_start : q_start + n].float()
-        p_start, q_start = p_start + n + 1, q_start + n
-        tokens: list[int] = []
-
-        if bool(is_greedy[b]) or coupled[b]:
-            if coupled[b]:  # y_j: the exponential race on position t0 + j's noise
-                noise = position_noise_rows(seeds[b], int(positions[b]), n + 1, vocab, device)
-                best_of = [int(coupled_token(p[j], noise[j])) for j in range(n + 1)]
-            else:
-                best_of = [int(p[j].argmax()) for j in range(n + 1)]
-            for j in range(n):
-                best = best_of[j]
-                if int(draft_token_ids[b, j]) != best:
-                    tokens.append(best)  # recovered
-                    break
-                tokens.append(best)  # accepted
-            else:
-                tokens.append(best_of[n])  # bonus
-            num_accepted[b] = len(tokens) - 1
-            output[b, : len(tokens)] = torch.tensor(tokens)
-            continue
-
-        uniforms = shared[b, : n + 1]  # u_0..u_n
-        rejected_at = None
-        for j in range(n):
-            x = int(draft_token_ids[b, j])
-            if not 0 <= x < vocab:
-                rejected_at, q_j = j, torch.zeros(vocab, device=device)
-                break
-            q_j = _draft_dist(q_all, j, x, vocab, device)
-            px, qx = float(p[j, x]), float(q_j[x])
-            if qx > 0 and px / qx >= float(uniforms[j]):
-                tokens.append(x)  # accepted
-            else:
-                rejected_at = j
-                break
-        if rejected_at is None:
-            dist = p[n]  # bonus
-        else:
-            dist = (p[rejected_at] - q_j).clamp_min(0.0)  # recovered
-            if not bool((dist > 0).any()):
-                dist = p[rejected_at]  # p == q up to float error
-        tokens.append(int(sample_from_weights(dist, uniforms[n])))
-        num_accepted[b] = len(tokens) - 1
-        output[b, : len(tokens)] = torch.tensor(tokens)
-
-    return output, num_accepted
-
-
 # --------------------------------------------------------------------------- internals
 
 
-def _check_shapes(
+def check_shapes(
     draft_token_ids: torch.Tensor,
     num_draft_tokens: torch.Tensor,
     draft_probs: torch.Tensor | None,
@@ -397,13 +236,6 @@ def _check_shapes(
     return batch, max_k, vocab, target_probs.device
 
 
-def first_argmax(x: torch.Tensor) -> torch.Tensor:
-    """Index of the largest value along the last dim (ties: the lowest index), as
-    ``torch.argmax``. ``max(dim).indices`` has the same documented tie rule and on CPU
-    is 1.5x (float32) to 4.5x (bfloat16) faster than argmax over [288, 49,152] rows."""
-    return x.max(dim=-1).indices
-
-
 def _row_maps(num_draft: torch.Tensor, max_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Row indices into the flat p [B, K+1] and q [B, K] (int64).
 
@@ -421,7 +253,7 @@ def _row_maps(num_draft: torch.Tensor, max_k: int) -> tuple[torch.Tensor, torch.
     return p_row, q_row
 
 
-def _coupled_rows(seeds: Sequence[int | None] | None, positions: Sequence[int] | None,
+def coupled_rows(seeds: Sequence[int | None] | None, positions: Sequence[int] | None,
                   is_greedy: torch.Tensor) -> list[bool]:
     """[B] bools: rows sampled with a seed (verified against the seeded race)."""
     batch = is_greedy.shape[0]
@@ -459,15 +291,3 @@ def _fixed_tokens(p: torch.Tensor, greedy: torch.Tensor, num_draft: torch.Tensor
         rows = torch.tensor(idx, dtype=torch.long, device=p.device)
         out[rows] = coupled_token(p[rows], torch.cat(noise))
     return out
-
-
-def _draft_dist(
-    q_all: torch.Tensor | None, j: int, x: int, vocab: int, device
-) -> torch.Tensor:
-    """q_j of one request (q_all [n, V] or None) as a [V] float32 vector (one-hot of x
-    for a point mass)."""
-    if q_all is not None and bool((q_all[j] > 0).any()):
-        return q_all[j]
-    q = torch.zeros(vocab, dtype=torch.float32, device=device)
-    q[x] = 1.0
-    return q

@@ -14,7 +14,7 @@ from vllm_specdec_plugin.sampling.pipeline import SamplingSpec
 
 def seed_for(runner: Any, req_id: str) -> int | None:
     """The request's seed: its sampled drafts race q against the same per-position
-    noise as its verification (``rejection.position_noise``)."""
+    noise as its verification (``token_draw.position_noise``)."""
     seed = getattr(runner_hooks.sampling_params(runner, req_id), "seed", None)
     return None if seed is None else int(seed)
 

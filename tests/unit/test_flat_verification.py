@@ -19,11 +19,13 @@ import torch
 
 from vllm_specdec_plugin.compat.rejection_adapter import exact_rejection_sample
 from vllm_specdec_plugin.draft.sampler import DraftSampler
-from vllm_specdec_plugin.rejection import PLACEHOLDER_TOKEN_ID, rejection_sample_reference
+from vllm_specdec_plugin.rejection import PLACEHOLDER_TOKEN_ID
+from vllm_specdec_plugin.rejection_reference import rejection_sample_reference
 from vllm_specdec_plugin.sampling.constraints import (apply_constraints,
                                                       constraints_from_sampling_params)
-from vllm_specdec_plugin.sampling.pipeline import (SamplingSpec, _apply_top_k_top_p,
-                                                   _pad_histories, target_probs)
+from vllm_specdec_plugin.compat.top_k_top_p import apply_top_k_top_p
+from vllm_specdec_plugin.sampling.histories import pad_histories
+from vllm_specdec_plugin.sampling.pipeline import SamplingSpec, target_probs
 
 pytestmark = pytest.mark.unit
 
@@ -236,7 +238,7 @@ def _old_probs(logits, specs, prompts, outputs):
         for tok, bias in s.logit_bias or ():
             x[r, tok] += bias
     t = lambda name, ss: torch.tensor([getattr(s, name) for s in ss], dtype=torch.float32)  # noqa: E731
-    apply_penalties(x, _pad_histories(prompts, n, vocab, "cpu"), _pad_histories(outputs, n, vocab, "cpu"),
+    apply_penalties(x, pad_histories(prompts, n, vocab, "cpu"), pad_histories(outputs, n, vocab, "cpu"),
                     t("presence_penalty", specs), t("frequency_penalty", specs),
                     t("repetition_penalty", specs))
     out = torch.empty_like(x)
@@ -248,8 +250,8 @@ def _old_probs(logits, specs, prompts, outputs):
     r = r.masked_fill(p < p.amax(-1, keepdim=True) * t("min_p", rs).unsqueeze(1), float("-inf"))
     top_k = torch.tensor([s.top_k if 0 < s.top_k < vocab else vocab for s in rs])
     top_p = t("top_p", rs)
-    r = _apply_top_k_top_p(r, top_k if bool((top_k < vocab).any()) else None,
-                           top_p if bool((top_p < 1).any()) else None)
+    r = apply_top_k_top_p(r, top_k if bool((top_k < vocab).any()) else None,
+                          top_p if bool((top_p < 1).any()) else None)
     out[~greedy] = torch.softmax(r, -1, dtype=torch.float32)
     return out
 

@@ -26,7 +26,7 @@ import math
 import pytest
 import torch
 
-from vllm_specdec_plugin import rejection
+from vllm_specdec_plugin import rejection, rejection_reference
 from vllm_specdec_plugin.rejection import PLACEHOLDER_TOKEN_ID, greedy_verify
 
 pytestmark = pytest.mark.unit
@@ -50,7 +50,7 @@ def padded(fn):
 
 
 rejection_sample = padded(rejection.rejection_sample)
-rejection_sample_reference = padded(rejection.rejection_sample_reference)
+rejection_sample_reference = padded(rejection_reference.rejection_sample_reference)
 
 FAMILY_ALPHA = 1e-3
 MAX_CHECKS = 64  # upper bound on statistical checks in this module
@@ -571,7 +571,7 @@ def test_statistical_tests_draw_at_least_a_million_rows():
 def test_first_argmax_breaks_ties_like_torch_argmax():
     """The fast max(dim).indices keeps argmax's rule (lowest index among ties), on
     tie-heavy integer logits in float32 and bfloat16, -inf rows included."""
-    from vllm_specdec_plugin.rejection import first_argmax
+    from vllm_specdec_plugin.token_draw import first_argmax
 
     g = torch.Generator().manual_seed(0)
     for _ in range(200):
@@ -581,3 +581,24 @@ def test_first_argmax_breaks_ties_like_torch_argmax():
         for dtype in (torch.float32, torch.bfloat16):
             y = x.to(dtype)
             assert torch.equal(first_argmax(y), y.argmax(dim=-1))
+
+
+@pytest.mark.parametrize("name", ["rejection", "rejection_reference", "token_draw"])
+def test_rejection_mathematics_needs_torch_only(name):
+    """The rejection mathematics stays vLLM-free: torch, the stdlib, and each other."""
+    import ast
+    import importlib
+
+    mod = importlib.import_module(f"vllm_specdec_plugin.{name}")
+    top, ours = set(), set()
+    for node in ast.walk(ast.parse(open(mod.__file__).read())):
+        if isinstance(node, ast.Import):
+            top |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if module.startswith("vllm_specdec_plugin."):
+                ours.add(module.removeprefix("vllm_specdec_plugin."))
+            else:
+                top.add(module.split(".")[0])
+    assert top <= {"__future__", "collections", "torch"}, top
+    assert ours <= {"rejection", "token_draw"}, ours

@@ -1,4 +1,4 @@
-"""Seeded sampled rows: the position-keyed exponential race (rejection.py docstring).
+"""Seeded sampled rows: the position-keyed exponential race (rejection.py docstring; token_draw.py).
 
 The token a seeded request emits at absolute position t is y_t = first_argmax(p_t /
 E_t), E_t = position_noise(seed, t): whatever was drafted, however many drafts a step
@@ -21,12 +21,12 @@ import pytest
 import torch
 
 from test_rejection_math import chi2_pvalue, random_dist
-from vllm_specdec_plugin import rejection
 from vllm_specdec_plugin.draft.sampler import DraftSampler
-from vllm_specdec_plugin.rejection import (PLACEHOLDER_TOKEN_ID, coupled_token, noise_seed,
-                                           position_noise, position_noise_rows,
-                                           rejection_sample, rejection_sample_reference)
+from vllm_specdec_plugin.rejection import PLACEHOLDER_TOKEN_ID, rejection_sample
+from vllm_specdec_plugin.rejection_reference import rejection_sample_reference
 from vllm_specdec_plugin.sampling.pipeline import SamplingSpec
+from vllm_specdec_plugin.token_draw import (coupled_token, first_argmax, noise_seed,
+                                            position_noise, position_noise_rows)
 
 pytestmark = pytest.mark.unit
 
@@ -114,7 +114,7 @@ def test_race_negative_controls_fail():
     moved[int(p.argmax())] += 0.04
     assert chi2_pvalue(samples, moved) < ALPHA
     # A broken race (uniform instead of exponential noise) does not sample p.
-    broken = torch.tensor([int(rejection.first_argmax(
+    broken = torch.tensor([int(first_argmax(
         p / torch.rand(16, generator=torch.Generator().manual_seed(noise_seed(i, 0)))))
         for i in range(40_000)])
     assert chi2_pvalue(broken, p) < ALPHA

@@ -146,11 +146,12 @@ def exact_rejection_sample(runner: Any, metadata: Any, draft_probs: torch.Tensor
     logits [num_draft_tokens_total + B, V] (per request: its draft rows, then bonus).
     Works on those flat rows: nothing is padded to the batch's largest k.
     """
-    from vllm_specdec_plugin.rejection import (PLACEHOLDER_TOKEN_ID, first_argmax,
-                                               greedy_verify, rejection_sample)
+    from vllm_specdec_plugin.rejection import (PLACEHOLDER_TOKEN_ID, greedy_verify,
+                                               rejection_sample)
     from vllm_specdec_plugin.sampling.constraints import (apply_constraints,
                                                           constraints_from_sampling_params)
     from vllm_specdec_plugin.sampling.pipeline import SamplingSpec, position_probs
+    from vllm_specdec_plugin.token_draw import first_argmax
 
     num_draft = list(metadata.num_draft_tokens)
     B, K = len(num_draft), metadata.max_spec_len

@@ -4,7 +4,7 @@ sampled rows. q stays on the device in the [rows, k, V] form the rejection sampl
 consumes; nothing round-trips through host memory.
 
 A seeded sampled row drafts first_argmax(q_t / E_t) at absolute position t, with the
-noise E_t (`rejection.position_noise`) its verification uses for p_t: a sample from
+noise E_t (`token_draw.position_noise`) its verification uses for p_t: a sample from
 q coupled to the target's y_t, accepted with probability >= (1 - TV) / (1 + TV)
 (a little below the 1 - TV of unseeded rows' rejection sampling).
 """
@@ -15,8 +15,8 @@ from typing import Any, Sequence
 
 import torch
 
-from vllm_specdec_plugin.rejection import (coupled_token, first_argmax, position_noise,
-                                           sample_from_weights)
+from vllm_specdec_plugin.token_draw import (coupled_token, first_argmax, position_noise,
+                                            sample_from_weights)
 from vllm_specdec_plugin.sampling.pipeline import target_probs
 
 

@@ -29,22 +29,16 @@ Order of operations (mirrors vLLM 0.32 `v1/sample/sampler.py`, `Sampler.forward`
 5. temperature: `logits / temperature` (`Sampler.apply_temperature`).
 6. min_p, an argmax-invariant processor (`MinPLogitsProcessor.apply`): softmax of the
    temperature-scaled logits, drop tokens with prob < min_p * max_prob.
-7. top-k then top-p (`v1/sample/ops/topk_topp_sampler.py`,
-   `apply_top_k_top_p_pytorch` / `apply_top_k_only`):
+7. top-k then top-p (`v1/sample/ops/topk_topp_sampler.py` `apply_top_k_top_p`: a
+   Triton kernel where vLLM has Triton, else `apply_top_k_top_p_pytorch`):
    top-k keeps every token whose logit is >= the k-th largest logit, so ties at the
    boundary are all kept (may keep more than k); top-p sorts the (top-k-masked) logits
    ascending, masks positions whose ascending cumulative probability is
    <= 1 - top_p, and always keeps the largest. Exact ties at the top-p boundary
-   follow `torch.sort`'s order; we make vLLM's exact call (see `_apply_top_k_top_p`).
+   fall as vLLM's own op decides: we call it (`compat/top_k_top_p.py`).
 8. softmax in float32 (`TopKTopPSampler.forward_native`).
 
-Histories. A row's *prompt* history feeds only the repetition penalty; its *output*
-history (tokens generated so far) feeds all three penalties. Token ids outside
-[0, V) in a history (e.g. placeholder -1) are ignored, as vLLM does with its
-`-1 -> vocab_size` padding. In speculation, the distribution at draft position j
-(0-based) is conditioned on the drafts d_0..d_{j-1}, so its output history is
-`output + drafts[:j]` (vLLM `RejectionSampler._combine_outputs_with_spec_tokens`;
-the bonus position gets all drafts, `Sampler._combine_outputs_with_spec_tokens`).
+Histories (what the penalties read, and how drafts enter them): `histories.py`.
 """
 
 from __future__ import annotations
@@ -55,15 +49,13 @@ from typing import Any
 
 import torch
 
-from vllm_specdec_plugin.rejection import first_argmax
+from vllm_specdec_plugin.token_draw import first_argmax
+from vllm_specdec_plugin.sampling.histories import (Histories, check_histories,
+                                                   history_rows, pad_histories)
 
 # vLLM's `_SAMPLING_EPS` (`sampling_params.py`, `v1/sample/sampler.py`): temperatures
 # below it are greedy.
 SAMPLING_EPS = 1e-5
-
-# A history is either one list of token ids per row, or a [B, L] integer tensor in
-# which every entry outside [0, V) is padding.
-Histories = Sequence[Sequence[int]] | torch.Tensor
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,25 +144,6 @@ def make_generator(spec: SamplingSpec, device: torch.device | str = "cpu"):
     return gen
 
 
-def expand_histories(
-    output_token_ids: Sequence[Sequence[int]],  # [B][L_b]
-    draft_token_ids: Sequence[Sequence[int]],  # [B][k_b]
-) -> list[list[list[int]]]:
-    """Per-position output histories for speculation.
-
-    Returns `[B][k_b + 1][L_b + j]`: entry `[b][j]` is `output[b] + drafts[b][:j]`,
-    the history that the distribution at draft position j (j = k_b is the bonus
-    position) is conditioned on. Use it for the target's p at positions 0..k_b and
-    for the draft's q at positions 0..k_b - 1 alike.
-    """
-    if len(output_token_ids) != len(draft_token_ids):
-        raise ValueError("output_token_ids and draft_token_ids differ in batch size")
-    return [
-        [[*out, *drafts[:j]] for j in range(len(drafts) + 1)]
-        for out, drafts in zip(output_token_ids, draft_token_ids)
-    ]
-
-
 def target_probs(
     logits: torch.Tensor,  # [B, V] float, raw model logits
     specs: Sequence[SamplingSpec],  # [B]
@@ -186,10 +159,10 @@ def target_probs(
     if logits.ndim != 2:
         raise ValueError(f"logits must be [B, V], got {tuple(logits.shape)}")
     _check_batch(specs, logits.shape[0])
-    _check_histories(prompt_token_ids, logits.shape[0])
-    _check_histories(output_token_ids, logits.shape[0])
-    return _probs(logits, specs, lambda r: _history_rows(prompt_token_ids, r),
-                  lambda r: _history_rows(output_token_ids, r), one_hot_greedy=True)
+    check_histories(prompt_token_ids, logits.shape[0])
+    check_histories(output_token_ids, logits.shape[0])
+    return _probs(logits, specs, lambda r: history_rows(prompt_token_ids, r),
+                  lambda r: history_rows(output_token_ids, r), one_hot_greedy=True)
 
 
 def position_probs(
@@ -203,7 +176,7 @@ def position_probs(
 
     vLLM's flat verification layout: request b owns k_b + 1 consecutive rows of
     ``logits``, its positions 0..k_b (T = sum(k_b + 1)); position j's output history
-    is `output[b] + drafts[b][:j]` (see `expand_histories`). Returns [T, V] float32:
+    is `output[b] + drafts[b][:j]` (`histories.expand_histories`). Returns [T, V] float32:
     probs for sampled rows, the processed logits for greedy rows (only their argmax
     means anything: the rejection step reads nothing else).
     """
@@ -233,38 +206,6 @@ def position_probs(
 def _check_batch(specs: Sequence[SamplingSpec], num_rows: int) -> None:
     if len(specs) != num_rows:
         raise ValueError(f"got {len(specs)} specs for {num_rows} rows")
-
-
-def _check_histories(histories: Histories, num_rows: int) -> None:
-    if isinstance(histories, torch.Tensor):
-        if histories.ndim != 2 or histories.shape[0] != num_rows:
-            raise ValueError(f"history tensor must be [{num_rows}, L]")
-    elif len(histories) != num_rows:
-        raise ValueError(f"got {len(histories)} histories for {num_rows} rows")
-
-
-def _history_rows(histories: Histories, rows: list[int]) -> Histories:
-    """The histories of ``rows`` only (a tensor is indexed, lists are picked)."""
-    if isinstance(histories, torch.Tensor):
-        return histories[torch.tensor(rows, dtype=torch.long, device=histories.device)]
-    return [histories[r] for r in rows]
-
-
-def _pad_histories(
-    histories: Histories, num_rows: int, vocab_size: int, device: torch.device
-) -> torch.Tensor:
-    """[B, L] int64 with every id outside [0, V) mapped to the pad bucket V."""
-    _check_histories(histories, num_rows)
-    if isinstance(histories, torch.Tensor):
-        tokens = histories.to(device=device, dtype=torch.long)
-    else:
-        width = max((len(h) for h in histories), default=0)
-        tokens = torch.full((num_rows, width), vocab_size, dtype=torch.long)
-        for row, hist in enumerate(histories):
-            if len(hist):
-                tokens[row, : len(hist)] = torch.as_tensor(hist, dtype=torch.long)
-        tokens = tokens.to(device)
-    return tokens.masked_fill((tokens < 0) | (tokens >= vocab_size), vocab_size)
 
 
 def _probs(
@@ -312,8 +253,8 @@ def _probs(
         sub = _select(logits, penalised)
         apply_penalties(
             sub,
-            _pad_histories(prompts(penalised), len(penalised), vocab_size, device),
-            _pad_histories(outputs(penalised), len(penalised), vocab_size, device),
+            pad_histories(prompts(penalised), len(penalised), vocab_size, device),
+            pad_histories(outputs(penalised), len(penalised), vocab_size, device),
             _row_tensor(pen_specs, "presence_penalty", device),
             _row_tensor(pen_specs, "frequency_penalty", device),
             _row_tensor(pen_specs, "repetition_penalty", device),
@@ -354,7 +295,9 @@ def _probs(
             device=device,
         )
         top_p = _row_tensor(c_specs, "top_p", device)
-        _put(r_logits, cut, _apply_top_k_top_p(
+        from vllm_specdec_plugin.compat.top_k_top_p import apply_top_k_top_p
+
+        _put(r_logits, cut, apply_top_k_top_p(
             _select(r_logits, cut),
             top_k if bool((top_k < vocab_size).any()) else None,
             top_p if bool((top_p < 1.0).any()) else None,
@@ -389,39 +332,3 @@ def _row_tensor(specs: Sequence[SamplingSpec], name: str, device) -> torch.Tenso
     return torch.tensor(
         [getattr(s, name) for s in specs], dtype=torch.float32, device=device
     )
-
-
-def _apply_top_k_top_p(
-    logits: torch.Tensor,  # [N, V] float32
-    top_k: torch.Tensor | None,  # [N] int64 in 1..V (V is off), or None
-    top_p: torch.Tensor | None,  # [N] float32 in (0, 1] (1 is off), or None
-) -> torch.Tensor:
-    """Copy of vLLM's `apply_top_k_top_p_pytorch` (`v1/sample/ops/topk_topp_sampler.py`).
-
-    top-k masks logits below the k-th largest, so ties at the boundary are all kept.
-    top-p sorts ascending and masks positions whose cumulative probability is
-    <= 1 - top_p, always keeping the last. Among exactly equal logits at the top-p
-    boundary the choice follows `torch.sort`'s (unstable) order, so we make the very
-    same call as vLLM to get the same answer on the same device. vLLM's Triton
-    kernel (GPU default) is a different algorithm and may break such ties, and top-k
-    ties, differently: that is unspecified upstream.
-    """
-    if top_p is None:
-        if top_k is None:
-            return logits
-        # `apply_top_k_only`: no full sort needed.
-        no_top_k = top_k == logits.shape[1]
-        k = top_k.masked_fill(no_top_k, 1)
-        kth = logits.topk(int(k.max()), dim=1).values.gather(1, (k - 1).unsqueeze(1))
-        kth = kth.masked_fill(no_top_k.unsqueeze(1), float("-inf"))
-        return logits.masked_fill(logits < kth, float("-inf"))
-
-    logits_sort, logits_idx = logits.sort(dim=-1, descending=False)
-    if top_k is not None:
-        kth = logits_sort.gather(1, (logits_sort.size(1) - top_k).unsqueeze(1))
-        logits_sort = logits_sort.masked_fill(logits_sort < kth, float("-inf"))
-    probs_sum = logits_sort.softmax(dim=-1).cumsum(dim=-1)
-    mask = probs_sum <= 1 - top_p.unsqueeze(1)
-    mask[:, -1] = False  # keep at least one token
-    logits_sort = logits_sort.masked_fill(mask, float("-inf"))
-    return torch.empty_like(logits).scatter_(dim=-1, index=logits_idx, src=logits_sort)
