@@ -85,7 +85,8 @@ TABLE: list[Entry] = [
     Entry("plugin-ngram", "plugin-nodraft", (4,), specdec={"method": "ngram"}),
     Entry("plugin-hybrid", "plugin", (4,), specdec={"method": "hybrid"}),
     Entry("plugin-adaptive", "plugin", (8,), specdec={"adaptive": True}),
-    Entry("plugin-hybrid-adaptive", "plugin", (8, 24, 32),
+    # Its ceilings 4-32: the k ceiling sweep (tuning.MAX_K, the presets' ceiling).
+    Entry("plugin-hybrid-adaptive", "plugin", (4, 8, 16, 32),
           specdec={"method": "hybrid", "adaptive": True}),
     # The same without the step plan (drafts verified as proposed beside prefills,
     # first tokens after the draft round): the step plan's before/after in one run.
