@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from vllm_specdec_plugin.errors import SpecDecConfigError
-from vllm_specdec_plugin.tuning import MAX_K, PRIOR_ALPHA
+from vllm_specdec_plugin.tuning import K_CEILING, MAX_K, PRIOR_ALPHA
 
 # The draft dtypes the plugin takes, with their bytes per element: the one dtype map.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -130,7 +130,8 @@ class SpecDecConfig:
         if k > MAX_K:
             raise SpecDecConfigError(
                 f"num_speculative_tokens={k} is above the supported maximum {MAX_K}. "
-                "Fix: use a smaller k (2-8 is typical).")
+                f"Fix: use a smaller k; {K_CEILING} is the measured ceiling for adaptive "
+                "modes (docs/serving-and-tuning.md).")
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
             raise SpecDecConfigError(
                 f"block_size must be a power of two >= 1, got {self.block_size}. Fix: use 32.")
