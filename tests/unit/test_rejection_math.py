@@ -586,19 +586,8 @@ def test_first_argmax_breaks_ties_like_torch_argmax():
 @pytest.mark.parametrize("name", ["rejection", "rejection_reference", "token_draw"])
 def test_rejection_mathematics_needs_torch_only(name):
     """The rejection mathematics stays vLLM-free: torch, the stdlib, and each other."""
-    import ast
-    import importlib
+    from test_step_cost import imports_of
 
-    mod = importlib.import_module(f"vllm_specdec_plugin.{name}")
-    top, ours = set(), set()
-    for node in ast.walk(ast.parse(open(mod.__file__).read())):
-        if isinstance(node, ast.Import):
-            top |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            module = node.module or ""
-            if module.startswith("vllm_specdec_plugin."):
-                ours.add(module.removeprefix("vllm_specdec_plugin."))
-            else:
-                top.add(module.split(".")[0])
+    top, ours = imports_of(name)
     assert top <= {"__future__", "collections", "torch"}, top
     assert ours <= {"rejection", "token_draw"}, ours

@@ -246,12 +246,11 @@ STDLIB = {"__future__", "math", "statistics", "collections", "dataclasses", "typ
           "itertools", "heapq"}
 
 
-@pytest.mark.parametrize("name", sorted(PURE))
-def test_pure_modules_import_no_vllm_or_torch(name):
+def imports_of(name: str) -> tuple[set[str], set[str]]:
+    """(top-level packages, package modules) that vllm_specdec_plugin.<name> imports."""
     mod = importlib.import_module(f"vllm_specdec_plugin.{name}")
-    tree = ast.parse(open(mod.__file__).read())
     top, ours = set(), set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(open(mod.__file__).read())):
         if isinstance(node, ast.Import):
             top |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -260,6 +259,12 @@ def test_pure_modules_import_no_vllm_or_torch(name):
                 ours.add(module.removeprefix("vllm_specdec_plugin."))
             else:
                 top.add(module.split(".")[0])
+    return top, ours
+
+
+@pytest.mark.parametrize("name", sorted(PURE))
+def test_pure_modules_import_no_vllm_or_torch(name):
+    top, ours = imports_of(name)
     allowed = STDLIB | ({"numpy"} if name == "ngram" else set())
     assert top <= allowed, (name, top - allowed)
     assert ours <= PURE[name], (name, ours - PURE[name])
