@@ -85,7 +85,7 @@ TABLE: list[Entry] = [
     Entry("plugin-ngram", "plugin-nodraft", (4,), specdec={"method": "ngram"}),
     Entry("plugin-hybrid", "plugin", (4,), specdec={"method": "hybrid"}),
     Entry("plugin-adaptive", "plugin", (8,), specdec={"adaptive": True}),
-    # Its ceilings 4-32: the k ceiling sweep (tuning.MAX_K, the presets' ceiling).
+    # Ceilings 4-32: the k ceiling sweep that set tuning.K_CEILING (8) and MAX_K (32).
     Entry("plugin-hybrid-adaptive", "plugin", (4, 8, 16, 32),
           specdec={"method": "hybrid", "adaptive": True}),
     # The same without the step plan (drafts verified as proposed beside prefills,

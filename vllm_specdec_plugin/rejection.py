@@ -206,7 +206,7 @@ def greedy_verify(
     return output
 
 
-# --------------------------------------------------------------------------- internals
+# ------------------------------------ input checks (shared with rejection_reference)
 
 
 def check_shapes(
@@ -236,6 +236,23 @@ def check_shapes(
     return batch, max_k, vocab, target_probs.device
 
 
+def coupled_rows(seeds: Sequence[int | None] | None, positions: Sequence[int] | None,
+                 is_greedy: torch.Tensor) -> list[bool]:
+    """[B] bools: rows sampled with a seed (verified against the seeded race)."""
+    batch = is_greedy.shape[0]
+    if seeds is None:
+        return [False] * batch
+    if len(seeds) != batch:
+        raise ValueError(f"got {len(seeds)} seeds for {batch} rows")
+    coupled = [s is not None and not g for s, g in zip(seeds, is_greedy.tolist())]
+    if any(coupled) and (positions is None or len(positions) != batch):
+        raise ValueError("seeded sampled rows need positions [B] (t0 of each row)")
+    return coupled
+
+
+# --------------------------------------------------------------------------- internals
+
+
 def _row_maps(num_draft: torch.Tensor, max_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Row indices into the flat p [B, K+1] and q [B, K] (int64).
 
@@ -251,20 +268,6 @@ def _row_maps(num_draft: torch.Tensor, max_k: int) -> tuple[torch.Tensor, torch.
     q_last = max(int(num_draft.sum()) - 1, 0)
     q_row = (q_start.unsqueeze(1) + pos[:, :max_k]).clamp(max=q_last)
     return p_row, q_row
-
-
-def coupled_rows(seeds: Sequence[int | None] | None, positions: Sequence[int] | None,
-                  is_greedy: torch.Tensor) -> list[bool]:
-    """[B] bools: rows sampled with a seed (verified against the seeded race)."""
-    batch = is_greedy.shape[0]
-    if seeds is None:
-        return [False] * batch
-    if len(seeds) != batch:
-        raise ValueError(f"got {len(seeds)} seeds for {batch} rows")
-    coupled = [s is not None and not g for s, g in zip(seeds, is_greedy.tolist())]
-    if any(coupled) and (positions is None or len(positions) != batch):
-        raise ValueError("seeded sampled rows need positions [B] (t0 of each row)")
-    return coupled
 
 
 def _fixed_tokens(p: torch.Tensor, greedy: torch.Tensor, num_draft: torch.Tensor,

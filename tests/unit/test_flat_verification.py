@@ -18,12 +18,12 @@ import pytest
 import torch
 
 from vllm_specdec_plugin.compat.rejection_adapter import exact_rejection_sample
+from vllm_specdec_plugin.compat.top_k_top_p import apply_top_k_top_p
 from vllm_specdec_plugin.draft.sampler import DraftSampler
 from vllm_specdec_plugin.rejection import PLACEHOLDER_TOKEN_ID
 from vllm_specdec_plugin.rejection_reference import rejection_sample_reference
 from vllm_specdec_plugin.sampling.constraints import (apply_constraints,
                                                       constraints_from_sampling_params)
-from vllm_specdec_plugin.compat.top_k_top_p import apply_top_k_top_p
 from vllm_specdec_plugin.sampling.histories import pad_histories
 from vllm_specdec_plugin.sampling.pipeline import SamplingSpec, target_probs
 

@@ -49,9 +49,9 @@ from typing import Any
 
 import torch
 
-from vllm_specdec_plugin.token_draw import first_argmax
 from vllm_specdec_plugin.sampling.histories import (Histories, check_histories,
                                                    history_rows, pad_histories)
+from vllm_specdec_plugin.token_draw import first_argmax
 
 # vLLM's `_SAMPLING_EPS` (`sampling_params.py`, `v1/sample/sampler.py`): temperatures
 # below it are greedy.
