@@ -228,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     from benchmarks import machine
-    from benchmarks.run import Plan, run_benchmark
+    from benchmarks.run import run_benchmark
+    from benchmarks.run_plan import Plan
 
     methods, alphas, ks = _csv(a.methods), _csv(a.alphas, float), _csv(a.ks, int)
     bad = [m for m in methods if m not in ("draft_model", "plugin")]

@@ -14,7 +14,7 @@ speedup over S (efficiency).
 
 ``python -m benchmarks.serving_report --merge RUN_DIR ... --out DIR`` writes one report
 over several runs of the same pair and settings whose loads do not overlap (a sweep
-measured in parts): ratios stay paired inside each run.
+measured in parts; ``serving_merge``): ratios stay paired inside each run.
 """
 
 from __future__ import annotations
@@ -241,6 +241,38 @@ def step_lines(res: dict) -> list[str]:
         [r[-1] for r in sorted(rows, key=lambda r: r[:5])] + [""]
 
 
+def first_token_lines(res: dict) -> list[str]:
+    """Markdown: where the first token's time goes, from vLLM's request histograms
+    (mean ms per cell, median over repetitions); [] when no cell has them."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for c in res["cells"]:
+        ft = c.get("first_token") or {}
+        if ft.get("queued") and ft.get("prefilled") and ft.get("first_tokens"):
+            groups[(c["workload"], *_load_of(c), c["config"])].append(c)
+    if not groups:
+        return []
+    rows = []
+    for (workload, kind, load, config), cells in sorted(groups.items()):
+        mean = {s: [1e3 * c["first_token"][s] / c["first_token"][n] for c in cells]
+                for s, n in (("queue_s", "queued"), ("prefill_s", "prefilled"),
+                             ("ttft_s", "first_tokens"))}
+        rest = [t - q - p for q, p, t in zip(mean["queue_s"], mean["prefill_s"], mean["ttft_s"])]
+        client = [c["mean_ttft_ms"] for c in cells if c.get("mean_ttft_ms") is not None]
+        rows.append(f"| {workload} | {_load_label(kind, load)} | {config} | {len(cells)} | "
+                    + " | ".join(f"{median(v):.0f}" for v in
+                                 (mean["queue_s"], mean["prefill_s"], rest, mean["ttft_s"]))
+                    + (f" | {median(client):.0f} |" if client else " | – |"))
+    return ["## First token, server side", "",
+            "Mean ms per cell, median over repetitions, from vLLM's request histograms: "
+            "queue = `request_queue_time` (in the scheduler's waiting queue), prefill = "
+            "`request_prefill_time` (first scheduled to first token), TTFT = "
+            "`time_to_first_token` (the API server's arrival to first token), rest = TTFT - "
+            "queue - prefill (mostly waiting for the running step to end before the engine "
+            "takes the request in); client = `vllm bench serve`'s mean TTFT.", "",
+            "| workload | load | config | reps | queue | prefill | rest | TTFT | client |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|"] + rows + [""]
+
+
 def markdown(res: dict) -> str:
     meta = res["meta"]
     lines = [f"# Serving benchmark ({meta['pair']} pair, {meta['started']})", "",
@@ -285,6 +317,7 @@ def markdown(res: dict) -> str:
     lines += rep_lines(res)
     lines += cpu_lines(res)
     lines += step_lines(res)
+    lines += first_token_lines(res)
     rows = bound_rows(res)
     if rows:
         lines += ["## Analytic bound at concurrency 1", "",
@@ -301,102 +334,14 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(res: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    table = _table(res)
-    keys = sorted(table)
-    fig, axes = plt.subplots(len(keys), len(METRICS), figsize=(5 * len(METRICS), 3.6 * len(keys)),
-                             squeeze=False)
-    cross = crossovers(res)
-    for i, key in enumerate(keys):
-        loads = table[key]
-        configs = sorted({c for load in loads.values() for c in load})
-        for j, (metric, label) in enumerate(METRICS):
-            ax = axes[i][j]
-            for c in configs:
-                xs = [x for x in sorted(loads) if c in loads[x]]
-                ys = [median([v for v in loads[x][c][metric] if v is not None] or [float("nan")])
-                      for x in xs]
-                ax.plot(xs, ys, marker="o", label=c, lw=2.5 if c == BASELINE else 1.5)
-                x_cross = cross[key].get(c)
-                if x_cross is not None and metric == "output_throughput":
-                    ax.axvline(x_cross, ls=":", lw=1, color=ax.lines[-1].get_color())
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel(dict(LOAD_KINDS)[key[1]])
-            ax.set_ylabel(label)
-            ax.set_title(f"{workload_label(key[0])}: {label}", fontsize=9)
-            ax.grid(alpha=0.3)
-        axes[i][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def write_all(res: dict, out: Path) -> list[Path]:
     md = out / "serving.md"
     md.write_text(markdown(res))
     png = out / "serving.png"
+    from benchmarks.serving_plot import plot  # matplotlib only here
+
     plot(res, png)
     return [md, png]
-
-
-# Settings that must agree for cells of different runs to share one table.
-MERGE_SAME = ("pair", "output_len", "output_spread", "temperature", "dtype", "max_model_len",
-              "eager", "num_prompts")
-
-
-def _load_names(cells: list[dict]) -> list[str]:
-    """["mixed c = 4", "chat 2 req/s", ...] in first-seen order."""
-    return list(dict.fromkeys(f"{c['workload']} {_load_label(*_load_of(c))}" for c in cells))
-
-
-def _host(meta: dict) -> tuple:
-    m = meta.get("machine") or {}
-    return m.get("hostname"), m.get("cpu_model"), m.get("logical_cpus"), m.get("gpu")
-
-
-def merge(runs: list[Path]) -> dict:
-    """One result from several serving.json runs (a sweep measured in parts). Each run's
-    cells keep their pairing (by repetition, inside the run); a (workload, load) measured
-    by two runs, or runs with different settings, raise SystemExit naming the cause."""
-    results = []
-    for run in runs:
-        f = run / "serving.json"
-        if not f.exists():
-            raise SystemExit(f"{f} does not exist: pass run directories written by "
-                             "`python -m benchmarks.serving`")
-        results.append(json.loads(f.read_text()))
-    first = results[0]["meta"]["args"]
-    host = _host(results[0]["meta"])
-    for run, res in zip(runs[1:], results[1:]):
-        differ = [k for k in MERGE_SAME if res["meta"]["args"].get(k) != first.get(k)]
-        differ += ["machine"] if _host(res["meta"]) != host else []
-        if differ:
-            raise SystemExit(f"{run} was run with other settings than {runs[0]} "
-                             f"({', '.join(differ)}): merge only runs of one sweep")
-    seen: dict = {}
-    cells, sources = [], []
-    for run, res in zip(runs, results):
-        names = _load_names(res["cells"])
-        for name in names:
-            if name in seen:
-                raise SystemExit(f"{name} was measured by both {seen[name]} and {run}: "
-                                 "leave one of the runs out")
-            seen[name] = run
-        cells += [dict(c, run=run.name) for c in res["cells"]]
-        sources.append({"run": run.name, "git": res["meta"]["git"].get("short"),
-                        "started": res["meta"]["started"], "loads": names})
-    metas = [r["meta"] for r in results]
-    meta = {"pair": first["pair"], "started": min(m["started"] for m in metas),
-            "finished": max(m.get("finished") or m["started"] for m in metas),
-            "git": {"short": "+".join(dict.fromkeys(s["git"] for s in sources))},
-            "args": {k: first.get(k) for k in MERGE_SAME}, "machine": metas[0].get("machine"),
-            "sources": sources}
-    return {"meta": meta, "cells": cells}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -404,6 +349,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--merge", nargs="+", type=Path, required=True, metavar="RUN_DIR")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
+    from benchmarks.serving_merge import merge  # it imports this module
+
     res = merge(a.merge)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "serving.json").write_text(json.dumps(res, indent=1))

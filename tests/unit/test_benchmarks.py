@@ -318,7 +318,7 @@ def test_speculative_configs_validate_in_installed_vllm():
 
 @pytest.mark.unit
 def test_group_planning_keeps_baseline_in_every_group():
-    from benchmarks.run import plan_groups
+    from benchmarks.run_plan import plan_groups
 
     cfgs = expand()
     groups = plan_groups(cfgs, 6)
@@ -367,15 +367,15 @@ def test_output_spread_gives_each_request_its_length(tmp_path):
     import json
     import random
 
-    from benchmarks import serving
+    from benchmarks import serving, serving_client
 
-    lengths = serving.output_lengths(400, 64, 0.5, random.Random(1))
+    lengths = serving_client.output_lengths(400, 64, 0.5, random.Random(1))
     assert min(lengths) >= 32 and max(lengths) <= 96 and len(set(lengths)) > 30
-    assert lengths == serving.output_lengths(400, 64, 0.5, random.Random(1))
-    rows = [json.loads(line) for line in serving.write_prompts(
+    assert lengths == serving_client.output_lengths(400, 64, 0.5, random.Random(1))
+    rows = [json.loads(line) for line in serving_client.write_prompts(
         tmp_path / "d.jsonl", ["a", "b"], [5, 7]).read_text().splitlines()]
     assert rows == [{"prompt": "a", "output_tokens": 5}, {"prompt": "b", "output_tokens": 7}]
-    rows = [json.loads(line) for line in serving.write_prompts(
+    rows = [json.loads(line) for line in serving_client.write_prompts(
         tmp_path / "d.jsonl", ["a"]).read_text().splitlines()]
     assert rows == [{"prompt": "a"}]
     with pytest.raises(SystemExit):
@@ -429,10 +429,30 @@ def test_serving_report_pools_paired_ratios_next_to_the_a_a_control():
 
 
 @pytest.mark.unit
+def test_serving_report_splits_the_first_token():
+    """serving.md's first-token table: per cell the mean queue, prefill, rest and engine
+    TTFT in ms from vLLM's histogram sums and counts, median over repetitions, beside
+    the client's; cells without them (older runs) leave the table out."""
+    from benchmarks import serving_report
+
+    def cell(rep, queue_s):
+        return {"config": "plugin-x", "workload": "unique", "max_concurrency": 16,
+                "repetition": rep, "output_throughput": 1.0, "mean_ttft_ms": 700.0,
+                "first_token": {"queue_s": queue_s, "queued": 4.0, "prefill_s": 2.0,
+                                "prefilled": 4.0, "ttft_s": 3.2, "first_tokens": 4.0}}
+
+    res = {"meta": {"pair": "ci", "started": "t", "git": {"short": "x"}, "args": {}},
+           "cells": [cell(0, 0.4), cell(1, 0.8), cell(2, 1.2)]}
+    assert "| unique | c = 16 | plugin-x | 3 | 200 | 500 | 100 | 800 | 700 |" in \
+        serving_report.first_token_lines(res)
+    assert serving_report.first_token_lines({"cells": [dict(cell(0, 0.4), first_token={})]}) == []
+
+
+@pytest.mark.unit
 def test_serving_report_merges_runs_of_one_sweep_and_refuses_overlaps(tmp_path):
     """A sweep measured in parts: the merged report has every run's loads, ratios stay
     paired inside each run, and a load measured twice or other settings are refused."""
-    from benchmarks import serving_report
+    from benchmarks import serving_merge, serving_report
 
     def run(name, load, plug, **args):
         cells = [{"config": cfg, "workload": "mixed", "max_concurrency": load, "repetition": 0,
@@ -446,21 +466,21 @@ def test_serving_report_merges_runs_of_one_sweep_and_refuses_overlaps(tmp_path):
         return tmp_path / name
 
     a, b = run("a", 4, 120.0), run("b", 64, 99.0)
-    res = serving_report.merge([a, b])
+    res = serving_merge.merge([a, b])
     assert [s["loads"] for s in res["meta"]["sources"]] == [["mixed c = 4"], ["mixed c = 64"]]
     assert serving_report.crossovers(res)[("mixed", "max_concurrency")] == {"plugin-x": 64}
     md = serving_report.markdown(res)
     assert "- from `a` (git a): mixed c = 4" in md and "| 64 | 100.0 | 10.0 | 0.99x" in md
     with pytest.raises(SystemExit, match="mixed c = 4 was measured by both"):
-        serving_report.merge([a, run("c", 4, 100.0)])
+        serving_merge.merge([a, run("c", 4, 100.0)])
     with pytest.raises(SystemExit, match=r"other settings .*output_len"):
-        serving_report.merge([a, run("d", 8, 100.0, output_len=128)])
+        serving_merge.merge([a, run("d", 8, 100.0, output_len=128)])
     other = run("e", 8, 100.0)
     res_e = json.loads((other / "serving.json").read_text())
     res_e["meta"]["machine"] = {"hostname": "elsewhere"}
     (other / "serving.json").write_text(json.dumps(res_e))
     with pytest.raises(SystemExit, match=r"other settings .*machine"):
-        serving_report.merge([a, other])
+        serving_merge.merge([a, other])
 
 
 @pytest.mark.unit

@@ -1,0 +1,122 @@
+"""The serving benchmark's load: ``vllm bench serve`` runs, and the datasets they read.
+
+``bench`` runs vLLM's own load generator against one ``Server`` at one ``Load`` (a
+closed-loop concurrency or a Poisson rate) and returns vLLM's result dict;
+``write_prompts`` and ``output_lengths`` write a cell's prompts as vLLM's ``custom``
+dataset, with per-request output lengths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.serving_server import BIN, SERVER_ENV, Server
+from benchmarks.workloads import load_prompt_set
+
+# vLLM's result keys kept per cell (the per-request lists are dropped).
+DROP_KEYS = ("ttfts", "itls", "input_lens", "output_lens", "generated_texts", "errors",
+             "start_times")
+# name -> (vllm bench serve backend, endpoint). "unique" and "sharegpt": each prompt sent
+# once per server in the whole run; "mixed" and "chat" cycle 8 prompts (replays).
+WORKLOADS = {"mixed": ("openai", "/v1/completions"), "chat": ("openai-chat", "/v1/chat/completions"),
+             "unique": ("openai", "/v1/completions"),
+             "sharegpt": ("openai-chat", "/v1/chat/completions")}
+
+
+@dataclass
+class Load:
+    """One load point: a fixed concurrency (closed loop) or a Poisson rate (req/s)."""
+
+    kind: str        # "max_concurrency" | "request_rate"
+    value: float
+
+    def args(self) -> list[str]:
+        if self.kind == "max_concurrency":
+            return ["--max-concurrency", str(int(self.value))]
+        return ["--request-rate", str(self.value)]
+
+    def num_prompts(self, per_load: int) -> int:
+        """Enough requests to reach steady state at this load (at least ``per_load``)."""
+        return max(per_load, 4 * int(self.value)) if self.kind == "max_concurrency" \
+            else max(per_load, int(round(8 * self.value)))
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's reaped children (the ``vllm bench serve`` clients)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def write_prompts(path: Path, prompts: list[str], lengths: list[int] | None = None) -> Path:
+    """``prompts`` as vLLM's ``custom`` dataset (JSONL, one "prompt" per line), with
+    each request's ``output_tokens`` when ``lengths`` is given."""
+    rows = [{"prompt": p} for p in prompts]
+    for row, n in zip(rows, lengths or []):
+        row["output_tokens"] = n
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def output_lengths(n: int, mean: int, spread: float, rng: random.Random) -> list[int]:
+    """``n`` output lengths drawn uniformly from mean·[1 - spread, 1 + spread] (at least 2).
+
+    With fixed lengths, a closed loop keeps its requests in lockstep: without
+    speculation they finish, and restart, together. Real traffic has varied lengths.
+    """
+    return [max(2, round(mean * rng.uniform(1 - spread, 1 + spread))) for _ in range(n)]
+
+
+def write_dataset(path: Path) -> int:
+    """The mixed prompt set as vLLM's ``custom`` dataset (JSONL, one "prompt" per line)."""
+    prompts = load_prompt_set("mixed")
+    write_prompts(path, prompts)
+    return len(prompts)
+
+
+def _dataset_args(workload: str, dataset: Path, args: argparse.Namespace, varied: bool) -> list[str]:
+    if workload == "sharegpt":
+        # vLLM's loader: output length = the (cut) reference answer's; the answer stops
+        # at EOS as real chat does (greedy outputs are the same for every method).
+        return ["--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--no-oversample"]
+    return ["--dataset-name", "custom", "--dataset-path", str(dataset),
+            # raw prompts: /v1/completions takes them as they are, and the chat endpoint
+            # applies the server's template itself (the client must not apply it too)
+            "--skip-chat-template",
+            # -1: each request's length from the dataset's "output_tokens"
+            "--custom-output-len", str(-1 if varied else args.output_len), "--ignore-eos"]
+
+
+def bench(server: Server, workload: str, load: Load, num_prompts: int, args: argparse.Namespace,
+          dataset: Path, result: Path, tokenizer: str, varied: bool = False) -> dict:
+    """One ``vllm bench serve`` run against ``server``; returns vLLM's result dict.
+
+    varied: ``dataset`` gives each request its ``output_tokens`` (``output_lengths``).
+    """
+    backend, endpoint = WORKLOADS[workload]
+    cmd = [str(BIN / "vllm"), "bench", "serve", "--backend", backend, "--endpoint", endpoint,
+           "--base-url", f"http://127.0.0.1:{server.port}", "--model", server.name,
+           "--tokenizer", tokenizer, *_dataset_args(workload, dataset, args, varied),
+           "--num-prompts", str(num_prompts),
+           "--temperature", str(args.temperature), "--seed", str(args.seed),
+           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+           "--save-result", "--result-dir", str(result.parent), "--result-filename", result.name,
+           *load.args()]
+    env = {**os.environ, **SERVER_ENV, "VLLM_PLUGINS": ""}   # the client loads no plugin
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.cell_timeout)
+    if p.returncode != 0 or not result.exists():
+        raise RuntimeError(f"vllm bench serve failed ({p.returncode}) for {server.name} "
+                           f"{workload} {load}:\n{(p.stdout + p.stderr)[-3000:]}")
+    out = json.loads(result.read_text())
+    cell = {k: v for k, v in out.items() if k not in DROP_KEYS}
+    # vLLM writes both load keys ("inf" / None for the unused one); a cell carries only
+    # the one it was measured at (set by the caller), vLLM's values kept under client_.
+    for key in ("request_rate", "max_concurrency"):
+        cell[f"client_{key}"] = cell.pop(key, None)
+    return cell
