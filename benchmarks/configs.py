@@ -92,6 +92,10 @@ TABLE: list[Entry] = [
     # first tokens after the draft round): the step plan's before/after in one run.
     Entry("plugin-hybrid-adaptive-noplan", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "step_plan": False}),
+    # The same without the per-request bound (row_slack 1000: the batch's mean alone
+    # decides): what protecting every request's TPOT costs, in one run.
+    Entry("plugin-hybrid-adaptive-meanonly", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "row_slack": 1000.0}),
     # One corpus and one set of acceptance statistics for every request (single
     # tenant): against the default per-salt scope it prices tenant isolation.
     Entry("plugin-hybrid-adaptive-global", "plugin", (8,),

@@ -1,9 +1,12 @@
-"""Whole-step checks: does a verifying step pay its fixed cost σ (pure Python)?
+"""Whole-step checks: does a verifying step pay its fixed cost σ, and does it slow no
+row by more than ``ROW_SLACK`` (pure Python)?
 
 σ falls on all B rows of a verifying step, however few draft, so the step as a whole
 must pay (``speedup.batch_pays``). ``held`` bounds the step before any row is
-planned (``speedup.step_may_pay``); ``pays`` checks the planned rows. Probe steps
-are exempt from both (the caller passes ``probing``).
+planned (``speedup.step_may_pay``); ``pays`` checks the planned rows; ``fair`` cuts
+the planned drafts so that no row's time per token grows by more than ``ROW_SLACK``
+(``speedup.fair_ks``): every request counts, not the batch's mean. Probe steps are
+exempt from all three (the caller passes ``probing``).
 
 estimates: per draft source (α of a request id, cost per draft token in plain
 steps, σ in plain steps) as ``planning.Estimates``; choices: per source, req_id ->
@@ -15,7 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_specdec_plugin.match_pricing import lookup_alpha
-from vllm_specdec_plugin.speedup import batch_pays, best_net_gain, step_may_pay
+from vllm_specdec_plugin.speedup import batch_pays, best_net_gain, fair_ks, step_may_pay
+from vllm_specdec_plugin.tuning import ROW_SLACK
 
 
 def held(req_ids: list[str], batch: int, choices: dict, estimates: dict, k_ceiling: int,
@@ -61,3 +65,27 @@ def pays(plans: list[Any], batch: int, estimates: dict, probing: bool) -> bool:
         rows.append((alpha(p.req_id) if p.alpha is None else p.alpha, p.k, cost))
         fixed = max(fixed, sigma)
     return batch_pays(rows, batch, fixed)
+
+
+def fair(plans: list[Any], batch: int, estimates: dict, probing: bool,
+         slack: float = ROW_SLACK) -> tuple[list[Any], int]:
+    """``plans`` cut (in place: a prefix of each proposal, exact) so that no row of the
+    step, drafting or not, is slowed by more than ``slack`` (``speedup.fair_ks``), and
+    how many plans were cut to no drafts (dropped: a draft-model plan's catch-up waits
+    for a round that drafts). Probe steps keep every draft."""
+    if not plans or probing:
+        return plans, 0
+    rows, fixed = [], 0.0
+    for p in plans:
+        alpha, cost, sigma = estimates["ngram" if p.drafts else "draft"]
+        rows.append((alpha(p.req_id) if p.alpha is None else p.alpha, p.k, cost))
+        fixed = max(fixed, sigma)
+    kept = []
+    for p, k in zip(plans, fair_ks(rows, batch, fixed, slack)):
+        if k <= 0 < p.k:
+            continue
+        if p.drafts:
+            del p.drafts[k:]
+        p.k = k
+        kept.append(p)
+    return kept, len(plans) - len(kept)

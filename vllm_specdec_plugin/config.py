@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from vllm_specdec_plugin.errors import SpecDecConfigError
-from vllm_specdec_plugin.tuning import K_CEILING, MAX_K, PRIOR_ALPHA
+from vllm_specdec_plugin.tuning import K_CEILING, MAX_K, PRIOR_ALPHA, ROW_SLACK
 
 # The draft dtypes the plugin takes, with their bytes per element: the one dtype map.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -83,6 +83,13 @@ class SpecDecConfig:
     adaptive_prior_alpha: float = PRIOR_ALPHA
     """Adaptive: acceptance rate assumed for a request before it has been measured
     (replaced by the running average over all requests once there is one)."""
+
+    row_slack: float = ROW_SLACK
+    """Adaptive: how much a verifying step may slow any one request, per token (0.05:
+    5 %). A request that drafts nothing, or whose drafts are seldom accepted, pays for
+    the others' verification; drafts are cut (exactly: a prefix) until no request's
+    expected time per token grows by more than this. Larger values trade tail latency
+    (TPOT p99) for throughput; 1000 leaves the decision to the batch's mean alone."""
 
     num_speculative_tokens: int = 4
     """k: draft tokens proposed per request and round (vLLM's num_speculative_tokens)."""
@@ -184,6 +191,11 @@ class SpecDecConfig:
         if not 0.0 <= self.adaptive_prior_alpha < 1.0:
             raise SpecDecConfigError(
                 f"adaptive_prior_alpha must be in [0, 1), got {self.adaptive_prior_alpha}. Fix: e.g. 0.6.")
+        if not (isinstance(self.row_slack, (int, float)) and not isinstance(self.row_slack, bool)
+                and 0.0 <= self.row_slack < float("inf")):
+            raise SpecDecConfigError(
+                f"row_slack must be a number >= 0, got {self.row_slack!r}. Fix: e.g. 0.05 "
+                "(no request more than 5 % slower per token), or 1000 to rely on the batch's mean.")
         if self.draft_dtype not in ("auto", *DTYPE_BYTES):
             raise SpecDecConfigError(
                 f"draft_dtype {self.draft_dtype!r} is not one of auto, float32, bfloat16, "

@@ -257,6 +257,11 @@ class DraftModelProposer:
                 for _ in plans:
                     self._no_draft("adaptive")
                 plans = []
+            if self.config.adaptive:  # and no row slowed by more than ROW_SLACK
+                plans, cut = batch_check.fair(plans, batch, estimates, probing,
+                                              self.config.row_slack)
+                for _ in range(cut):
+                    self._no_draft("slows_others")
         model_plans: list[Plan] = []
         ngram_plans: list[Plan] = []
         for plan in plans:

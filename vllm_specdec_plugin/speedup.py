@@ -9,12 +9,17 @@ steps (a step without drafts = 1); k is drafts per request and round; B rows per
 - A step verifying drafts pays σ on all B rows: it pays iff
   Σ net_gain_i > B·(min_gain + (1 + min_gain)·σ) (``batch_pays``); ``best_net_gain``
   bounds a row before it is planned (``step_may_pay``).
+- No row may lose: a row's time per token in the step, F / E[N_i] with F = 1 + σ +
+  Σ k_j·cost_j / B, stays within 1 + slack of a plain step's (``fair_ks``). A row
+  without drafts (E[N] = 1) bounds F itself, so beside it the drafts are cut to the
+  few the slack buys, the likeliest kept.
 - Evidence of a round: successes = accepted, trials = accepted + (1 if one was
   rejected); α̂ shrinks towards a prior (``shrunk_alpha``).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 
 from vllm_specdec_plugin.tuning import ALPHA_MAX, MIN_GAIN
@@ -149,3 +154,38 @@ def step_may_pay(row_bounds: list[float], batch_size: int, fixed: float,
 
 def _threshold(batch_size: int, fixed: float, min_gain: float) -> float:
     return batch_size * (min_gain + (1.0 + min_gain) * fixed)
+
+
+def fair_ks(rows: list[tuple[float, int, float]], batch_size: int, fixed: float,
+            slack: float) -> list[int]:
+    """Drafts each row keeps so that no row of the step is slowed by more than ``slack``.
+
+    rows: per drafting row (α, k, cost per draft token in plain steps); batch_size: B,
+    all rows of the step (B - len(rows) of them draft nothing); fixed: σ(B). A row's
+    time per token is F / E[N_i], F = 1 + σ + Σ k_j·cost_j / B the step's time in plain
+    steps, and must stay <= 1 + slack. Kept as proposed when every row drafts and that
+    holds; otherwise a row without drafts (E[N] = 1) is the bound: F <= 1 + slack,
+    spent on the draft positions with the most expected tokens per cost (position j
+    of a row is worth α^j), and none when σ alone exceeds it. Cutting is exact (the
+    target verifies a prefix of each proposal)."""
+    ks = [k for _, k, _ in rows]
+    if not rows or sum(ks) == 0:
+        return ks
+    step = 1.0 + fixed + sum(k * c for _, k, c in rows) / batch_size
+    if len(rows) == batch_size and all(k > 0 for k in ks) and \
+            step <= (1.0 + slack) * min(expected_tokens(a, k) for a, k, _ in rows):
+        return ks
+    budget = (slack - fixed) * batch_size  # Σ k_j·cost_j allowed
+    kept = [0] * len(rows)
+    heap = [(-a / max(c, 1e-12), i, a, 1) for i, (a, k, c) in enumerate(rows) if k > 0]
+    heapq.heapify(heap)
+    while heap:
+        _, i, a, j = heapq.heappop(heap)
+        cost = rows[i][2]
+        if cost > budget:
+            continue  # this row's next position does not fit; cheaper rows may
+        budget -= cost
+        kept[i] = j
+        if j < rows[i][1]:
+            heapq.heappush(heap, (-(a ** (j + 1)) / max(cost, 1e-12), i, a, j + 1))
+    return kept

@@ -42,6 +42,10 @@ SHADOW_K = 8  # not measured: drafts per shadow proposal, decided within 8 commi
 SHADOW_ROWS = 4  # not measured: new shadow proposals per step (CPU: one n-gram lookup each)
 
 # -- the step plan (step_plan.py) ------------------------------------------------------
+ROW_SLACK = 0.05  # not measured yet (default of ``row_slack``): a verifying step may slow
+#                   a row that gains nothing from it (no drafts, or few accepted) by 5 %
+#                   per token (the TPOT p99 target is 1.10x no speculation; noise and host
+#                   time take the rest)
 TTFT_SLACK = 0.05  # not measured yet: verify tokens may lengthen a step that carries a prefill
 #                    by 5 % of its time (the TTFT target is 1.10x no speculation; drafting,
 #                    the deferred-draft RPC and queueing behind a longer step take the rest)

@@ -19,7 +19,8 @@ import pytest
 
 from vllm_specdec_plugin.adaptive import AdaptiveConfig, AdaptiveK
 from vllm_specdec_plugin.speedup import (batch_pays, best_k, best_net_gain, choose_source,
-                                         expected_tokens, net_gain, speedup, step_may_pay)
+                                         expected_tokens, fair_ks, net_gain, speedup,
+                                         step_may_pay)
 
 pytestmark = pytest.mark.unit
 
@@ -310,6 +311,62 @@ def test_batch_pays_charges_the_fixed_cost_to_every_row():
     # the draft cost per token counts, shared over the batch like σ
     assert batch_pays([(0.9, 4, 0.0)], 4, 0.0)
     assert not batch_pays([(0.9, 4, 1.0)], 4, 0.0)
+
+
+def test_no_row_is_slowed_by_more_than_the_slack():
+    """fair_ks: beside a row without drafts the step may grow by at most the slack
+    (in plain steps), spent on the positions worth most per cost; with every row
+    drafting, a step within slack of every row's E[N] keeps all; probes of the rule:
+    any kept set leaves every row's time per token within 1 + slack."""
+    # 16 rows, one drafts 3 n-gram tokens at cost 0.8 (a CPU: a token costs ~a row)
+    row = (0.9, 3, 0.8)
+    assert fair_ks([row], 16, 0.0, 0.05) == [1]  # 0.8/16 = 0.05: one token fits
+    assert fair_ks([row], 16, 0.02, 0.05) == [0]  # σ leaves 0.03·16 = 0.48 < 0.8
+    assert fair_ks([row], 1, 0.0, 0.05) == [3]  # alone it is its own bound: 3.44/3.4
+    # every row drafting: kept when each row gains more than the step costs
+    assert fair_ks([(0.9, 4, 0.5)] * 4, 4, 0.0, 0.05) == [4] * 4
+    # the likeliest positions go first: α 0.9 before α 0.3
+    assert fair_ks([(0.3, 2, 0.4), (0.9, 2, 0.4)], 26, 0.0, 0.05) == [1, 2]  # 1.3: 3 fit
+    assert fair_ks([], 8, 0.0, 0.05) == [] and fair_ks([(0.5, 0, 0.1)], 8, 0.0, 0.05) == [0]
+    rng = random.Random(3)
+    for _ in range(500):
+        batch, fixed, slack = rng.randint(1, 32), rng.random() * 0.1, rng.random() * 0.2
+        rows = [(rng.random(), rng.randint(0, 8), rng.random()) for _ in range(rng.randint(1, batch))]
+        ks = fair_ks(rows, batch, fixed, slack)
+        assert all(0 <= k <= r[1] for k, r in zip(ks, rows))
+        if not any(ks):
+            continue
+        step = 1 + fixed + sum(k * c for k, (_, _, c) in zip(ks, rows)) / batch
+        gains = [expected_tokens(a, k) for k, (a, _, _) in zip(ks, rows)]
+        if len(rows) < batch:
+            gains.append(1.0)  # a row that drafts nothing
+        assert step <= (1 + slack) * min(gains) + 1e-9
+
+
+def test_fair_cuts_plans_to_a_prefix_and_counts_the_rows_left_without_drafts():
+    """batch_check.fair on planned rows: n-gram drafts keep a prefix, a draft-model
+    plan a smaller k, a plan cut to nothing is dropped and counted; probe steps and a
+    large slack keep everything."""
+    from types import SimpleNamespace
+
+    from vllm_specdec_plugin import batch_check
+
+    def plans():
+        return [SimpleNamespace(req_id="ng", k=3, drafts=[7, 8, 9], alpha=0.95),
+                SimpleNamespace(req_id="dm", k=4, drafts=[], alpha=None),
+                SimpleNamespace(req_id="lo", k=2, drafts=[5, 6], alpha=0.2)]
+
+    # 16 rows (13 without drafts); a draft token costs 0.2 plain steps / 16 rows
+    est = {"ngram": (lambda rid, m=None: 0.5, 0.2, 0.0), "draft": (lambda rid: 0.7, 0.2, 0.0)}
+    kept, cut = batch_check.fair(plans(), 16, est, probing=False, slack=0.05)
+    # 0.05 · 16 / 0.2 = 4 positions: ng 0.95, 0.90, 0.86, then dm 0.7; "lo" (0.2) is cut
+    assert [(p.req_id, p.k, p.drafts) for p in kept] == [("ng", 3, [7, 8, 9]), ("dm", 1, [])]
+    assert cut == 1
+    kept, cut = batch_check.fair(plans(), 16, est, probing=True, slack=0.05)
+    assert [p.k for p in kept] == [3, 4, 2] and cut == 0
+    kept, cut = batch_check.fair(plans(), 16, est, probing=False, slack=1000.0)
+    assert [p.k for p in kept] == [3, 4, 2] and cut == 0
+    assert batch_check.fair([], 4, est, probing=False) == ([], 0)
 
 
 def test_step_bound_holds_every_plan_the_batch_check_could_see():

@@ -85,6 +85,9 @@ def test_explicit_keys_win_over_preset(tmp_path):
     ({"method": "ngram", "ngram_corpus_tokens": 3}, r"ngram_corpus_tokens must be 0 \(off\).*Fix"),
     ({"method": "ngram", "ngram_corpus_tokens": "big"}, "ngram_corpus_tokens must be"),
     ({"method": "ngram", "ngram_corpus_min_n": 0}, r"ngram_corpus_min_n must be an integer >= 1.*Fix"),
+    ({"method": "ngram", "row_slack": -0.1}, r"row_slack must be a number >= 0.*Fix"),
+    ({"method": "ngram", "row_slack": "x"}, r"row_slack must be a number >= 0.*Fix"),
+    ({"method": "ngram", "row_slack": float("inf")}, r"row_slack must be a number >= 0.*Fix"),
 ])
 def test_bad_options_name_the_fix(opts, match):
     with pytest.raises(SpecDecConfigError, match=match):

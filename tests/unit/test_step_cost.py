@@ -236,7 +236,7 @@ PURE = {  # module -> the package modules it may import (each itself pure)
     "step_record": {"step_cost"},
     "adaptive": {"speedup", "step_cost", "tenancy", "tuning"},
     "match_pricing": {"speedup", "tuning"},
-    "batch_check": {"match_pricing", "speedup"},
+    "batch_check": {"match_pricing", "speedup", "tuning"},
     "shadow": {"tuning"},
     "tenancy": {"ngram"},
     "step_plan": {"tuning"},
