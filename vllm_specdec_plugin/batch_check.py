@@ -59,11 +59,7 @@ def pays(plans: list[Any], batch: int, estimates: dict, probing: bool) -> bool:
     model) pay σ, which all ``batch`` rows pay. Probe steps always pay."""
     if not plans or probing:
         return True
-    rows, fixed = [], 0.0
-    for p in plans:
-        alpha, cost, sigma = estimates["ngram" if p.drafts else "draft"]
-        rows.append((alpha(p.req_id) if p.alpha is None else p.alpha, p.k, cost))
-        fixed = max(fixed, sigma)
+    rows, fixed = _priced(plans, estimates)
     return batch_pays(rows, batch, fixed)
 
 
@@ -75,11 +71,7 @@ def fair(plans: list[Any], batch: int, estimates: dict, probing: bool,
     for a round that drafts). Probe steps keep every draft."""
     if not plans or probing:
         return plans, 0
-    rows, fixed = [], 0.0
-    for p in plans:
-        alpha, cost, sigma = estimates["ngram" if p.drafts else "draft"]
-        rows.append((alpha(p.req_id) if p.alpha is None else p.alpha, p.k, cost))
-        fixed = max(fixed, sigma)
+    rows, fixed = _priced(plans, estimates)
     kept = []
     for p, k in zip(plans, fair_ks(rows, batch, fixed, slack)):
         if k <= 0 < p.k:
@@ -89,3 +81,15 @@ def fair(plans: list[Any], batch: int, estimates: dict, probing: bool,
         p.k = k
         kept.append(p)
     return kept, len(plans) - len(kept)
+
+
+def _priced(plans: list[Any], estimates: dict) -> tuple[list[tuple[float, int, float]], float]:
+    """Per plan (α, k, cost per draft token) from its source's estimates (n-gram if it
+    has ``drafts``, else the model; a priced n-gram proposal keeps its own α), and the
+    step's σ: the largest of the sources' that draft."""
+    rows, fixed = [], 0.0
+    for p in plans:
+        alpha, cost, sigma = estimates["ngram" if p.drafts else "draft"]
+        rows.append((alpha(p.req_id) if p.alpha is None else p.alpha, p.k, cost))
+        fixed = max(fixed, sigma)
+    return rows, fixed

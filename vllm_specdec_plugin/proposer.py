@@ -253,11 +253,11 @@ class DraftModelProposer:
                                                    int(num_tokens_no_spec[row]), token_ids_cpu[row],
                                                    choices, estimates, self._end(row, req_ids[row]))
                                  for row in rows) if p]
-            if self.config.adaptive and not batch_check.pays(plans, batch, estimates, probing):
-                for _ in plans:
-                    self._no_draft("adaptive")
-                plans = []
-            if self.config.adaptive:  # and no row slowed by more than ROW_SLACK
+            if self.config.adaptive:  # the batch must pay, and no row lose > row_slack
+                if not batch_check.pays(plans, batch, estimates, probing):
+                    for _ in plans:
+                        self._no_draft("adaptive")
+                    plans = []
                 plans, cut = batch_check.fair(plans, batch, estimates, probing,
                                               self.config.row_slack)
                 for _ in range(cut):

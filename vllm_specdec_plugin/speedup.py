@@ -175,7 +175,16 @@ def fair_ks(rows: list[tuple[float, int, float]], batch_size: int, fixed: float,
     if len(rows) == batch_size and all(k > 0 for k in ks) and \
             step <= (1.0 + slack) * min(expected_tokens(a, k) for a, k, _ in rows):
         return ks
-    budget = (slack - fixed) * batch_size  # Σ k_j·cost_j allowed
+    return best_positions(rows, (slack - fixed) * batch_size)  # Σ k_j·cost_j allowed
+
+
+def best_positions(rows: list[tuple[float, int, float]], budget: float) -> list[int]:
+    """Drafts each row keeps within ``budget``, the sum of the kept positions' costs.
+
+    rows: (α, k, cost of one position). Position j of a row is worth α^j expected
+    tokens; positions are taken greedily by worth per cost (ties: earlier rows), each
+    row's in order, so every row keeps a prefix; a position that does not fit is
+    skipped and cheaper rows may still take theirs."""
     kept = [0] * len(rows)
     heap = [(-a / max(c, 1e-12), i, a, 1) for i, (a, k, c) in enumerate(rows) if k > 0]
     heapq.heapify(heap)
@@ -183,7 +192,7 @@ def fair_ks(rows: list[tuple[float, int, float]], batch_size: int, fixed: float,
         _, i, a, j = heapq.heappop(heap)
         cost = rows[i][2]
         if cost > budget:
-            continue  # this row's next position does not fit; cheaper rows may
+            continue
         budget -= cost
         kept[i] = j
         if j < rows[i][1]:

@@ -11,15 +11,15 @@ row with per-token acceptance α is worth α^j expected tokens.
 
 Steps with no prefill keep every draft: the proposer priced k for them already.
 Cutting drafts is always exact: the target verifies a prefix of the same proposal.
-Standard library only.
+Pure Python (positions are ranked by ``speedup.best_positions``).
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass
 
+from vllm_specdec_plugin.speedup import best_positions
 from vllm_specdec_plugin.tuning import TTFT_SLACK
 
 
@@ -74,19 +74,7 @@ def keep_drafts(rows: list[Row], *, decode_rows: int, prefill_tokens: int,
                                  token_budget=token_budget, cost=cost, slack=slack)
     known = [r.alpha for r in rows if r.alpha is not None]
     default = sum(known) / len(known) if known else 0.5
-    keep = {r.req_id: 0 for r in rows}
-    # Max-heap of the next position of each row, by α^j (ties: earlier rows first).
-    heap = []
-    for i, r in enumerate(rows):
-        a = min(max(r.alpha if r.alpha is not None else default, 0.0), 1.0)
-        if r.drafts > 0:
-            heap.append((-a, i, a, 1))
-    heapq.heapify(heap)
-    while heap and allowance > 0:
-        _, i, a, j = heapq.heappop(heap)
-        r = rows[i]
-        keep[r.req_id] = j
-        allowance -= 1
-        if j < r.drafts:
-            heapq.heappush(heap, (-(a ** (j + 1)), i, a, j + 1))
-    return keep
+    # every verify token costs the same here: the likeliest positions, α^j, first
+    kept = best_positions([(min(max(r.alpha if r.alpha is not None else default, 0.0), 1.0),
+                            r.drafts, 1.0) for r in rows], allowance)
+    return {r.req_id: k for r, k in zip(rows, kept)}

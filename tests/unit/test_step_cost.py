@@ -239,7 +239,7 @@ PURE = {  # module -> the package modules it may import (each itself pure)
     "batch_check": {"match_pricing", "speedup", "tuning"},
     "shadow": {"tuning"},
     "tenancy": {"ngram"},
-    "step_plan": {"tuning"},
+    "step_plan": {"speedup", "tuning"},
     "plan_hint": {"speedup", "step_plan", "tuning"},
 }
 STDLIB = {"__future__", "math", "statistics", "collections", "dataclasses", "typing", "time",
