@@ -92,6 +92,10 @@ TABLE: list[Entry] = [
     # first tokens after the draft round): the step plan's before/after in one run.
     Entry("plugin-hybrid-adaptive-noplan", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "step_plan": False}),
+    # The step plan with no verify tokens beside a prefill (ttft_slack 0) against the
+    # default 0.05: what the allowance costs the first token and buys in throughput.
+    Entry("plugin-hybrid-adaptive-ttft0", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "ttft_slack": 0.0}),
     # The same without the per-request bound (row_slack 1000: the batch's mean alone
     # decides): what protecting every request's TPOT costs, in one run.
     Entry("plugin-hybrid-adaptive-meanonly", "plugin", (8,),

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from vllm_specdec_plugin.errors import SpecDecConfigError
-from vllm_specdec_plugin.tuning import K_CEILING, MAX_K, PRIOR_ALPHA, ROW_SLACK
+from vllm_specdec_plugin.tuning import K_CEILING, MAX_K, PRIOR_ALPHA, ROW_SLACK, TTFT_SLACK
 
 # The draft dtypes the plugin takes, with their bytes per element: the one dtype map.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -54,6 +54,11 @@ class SpecDecConfig:
     that fit beside it in vLLM's token budget and lengthen the step by little, most
     likely accepted first (``step_plan``); a step that completes a prompt returns its
     first token before drafting. Off: every draft is verified as proposed."""
+
+    ttft_slack: float = TTFT_SLACK
+    """Step plan: how much verify tokens may lengthen a step that carries a prefill, as
+    a share of its predicted time without them (0.05: 5 %). 0 verifies no drafts
+    beside a prefill; larger values trade first-token latency for throughput."""
 
     ngram_max_n: int = 4
     """Longest context (tokens) the n-gram stage matches; longer matches win."""
@@ -196,6 +201,11 @@ class SpecDecConfig:
             raise SpecDecConfigError(
                 f"row_slack must be a number >= 0, got {self.row_slack!r}. Fix: e.g. 0.05 "
                 "(no request more than 5 % slower per token), or 1000 to rely on the batch's mean.")
+        if not (isinstance(self.ttft_slack, (int, float)) and not isinstance(self.ttft_slack, bool)
+                and 0.0 <= self.ttft_slack < float("inf")):
+            raise SpecDecConfigError(
+                f"ttft_slack must be a number >= 0, got {self.ttft_slack!r}. Fix: e.g. 0.05 "
+                "(a step carrying a prefill at most 5 % longer), or 0 for no drafts beside prefills.")
         if self.draft_dtype not in ("auto", *DTYPE_BYTES):
             raise SpecDecConfigError(
                 f"draft_dtype {self.draft_dtype!r} is not one of auto, float32, bfloat16, "

@@ -88,6 +88,8 @@ def test_explicit_keys_win_over_preset(tmp_path):
     ({"method": "ngram", "row_slack": -0.1}, r"row_slack must be a number >= 0.*Fix"),
     ({"method": "ngram", "row_slack": "x"}, r"row_slack must be a number >= 0.*Fix"),
     ({"method": "ngram", "row_slack": float("inf")}, r"row_slack must be a number >= 0.*Fix"),
+    ({"method": "ngram", "ttft_slack": -1}, r"ttft_slack must be a number >= 0.*Fix"),
+    ({"method": "ngram", "ttft_slack": True}, r"ttft_slack must be a number >= 0.*Fix"),
 ])
 def test_bad_options_name_the_fix(opts, match):
     with pytest.raises(SpecDecConfigError, match=match):

@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 from vllm_specdec_plugin.compat import scheduler_plan
 from vllm_specdec_plugin.step_plan import Row, StepPrice, keep_drafts, verify_allowance
+from vllm_specdec_plugin.tuning import TTFT_SLACK
 
 COST = StepPrice(intercept_s=0.010, per_token_s=0.001, per_prefill_token_s=0.0005)
 
@@ -56,9 +57,10 @@ def _req(rid, prompt, computed, outputs=0, spec=()):
                            num_output_tokens=outputs, spec_token_ids=list(spec))
 
 
-def _scheduler(running, waiting, budget=64, slots=8, hint=None):
+def _scheduler(running, waiting, budget=64, slots=8, hint=None, slack=TTFT_SLACK):
     s = SimpleNamespace(running=running, waiting=waiting, kv_holding_waiting=[],
                         max_num_scheduled_tokens=budget, max_num_active_reqs=slots)
+    setattr(s, scheduler_plan._SLACK, slack)   # what the configured ttft_slack caches
     if hint is not None:
         setattr(s, scheduler_plan._HINT, hint)
     setattr(s, scheduler_plan._METRICS, SimpleNamespace(verify_tokens=lambda k, c: None))
@@ -78,6 +80,19 @@ def test_scheduler_cuts_drafts_for_a_waiting_prompt():
     assert a.spec_token_ids == [1, 2, 3, 4] and b.spec_token_ids == [5]
     assert scheduler_plan.counts["cut"] - before["cut"] == 3
     assert scheduler_plan.counts["kept"] - before["kept"] == 5
+
+
+def test_the_configured_ttft_slack_sets_what_a_prefill_step_verifies():
+    cost = StepPrice(0.01, 0.001, 0.001)  # without drafts: 0.01 + 2 rows + 50 prompt = 62 ms
+    kept = {}
+    for slack in (0.0, 0.05, 1.0):
+        a = _req("a", 10, 13, outputs=4, spec=[1, 2, 3, 4])
+        b = _req("b", 10, 13, outputs=4, spec=[5, 6, 7, 8])
+        scheduler_plan._plan(_scheduler([a, b], [_req("n", 50, 0)], budget=200,
+                                        hint=(cost, {"a": 0.9, "b": 0.5}), slack=slack))
+        kept[slack] = len(a.spec_token_ids) + len(b.spec_token_ids)
+    # 0: nothing beside the prompt; 0.05: 3 ms = 3 tokens; 1.0: all 8 fit in 62 ms
+    assert kept == {0.0: 0, 0.05: 3, 1.0: 8}
 
 
 def test_scheduler_keeps_drafts_when_nobody_waits_or_no_slot():

@@ -36,7 +36,7 @@ PROMPTS_NEXT_ATTR = "specdec_prompts_next"  # on SchedulerOutput: the next step 
 HINT_ATTR = "specdec_plan_hint"  # on DraftTokenIds: (StepPrice | None, {req_id: alpha})
 _HINT = "_specdec_plan_hint"     # on the Scheduler: the latest hint
 _METRICS = "_specdec_plan_metrics"
-_ENABLED = "_specdec_plan_enabled"
+_SLACK = "_specdec_plan_slack"  # on the Scheduler: ttft_slack, None when off
 _installed = False
 # This process's kept / cut verify tokens in steps the plan decided (tests read them).
 counts = {"kept": 0, "cut": 0, "steps": 0}
@@ -76,14 +76,21 @@ def install_engine() -> None:
 
 def enabled(scheduler: Any) -> bool:
     """Our proposer is configured with ``step_plan`` on (cached on the scheduler)."""
-    flag = getattr(scheduler, _ENABLED, None)
-    if flag is None:
+    return _slack(scheduler) is not None
+
+
+def _slack(scheduler: Any) -> float | None:
+    """The configured ``ttft_slack`` when the step plan is on, else None (cached)."""
+    if not hasattr(scheduler, _SLACK):
         from vllm_specdec_plugin.compat.request_scope import ours
         from vllm_specdec_plugin.config import from_vllm_config
 
-        flag = ours(scheduler) and from_vllm_config(scheduler.vllm_config).step_plan
-        setattr(scheduler, _ENABLED, flag)
-    return flag
+        slack = None
+        if ours(scheduler):
+            config = from_vllm_config(scheduler.vllm_config)
+            slack = config.ttft_slack if config.step_plan else None
+        setattr(scheduler, _SLACK, slack)
+    return getattr(scheduler, _SLACK)
 
 
 def _plan(scheduler: Any) -> None:
@@ -110,7 +117,8 @@ def _plan(scheduler: Any) -> None:
         return
     keep = step_plan.keep_drafts(rows, decode_rows=decode_rows,
                                  prefill_tokens=min(prefill_tokens, budget),
-                                 prefilling=prefilling, token_budget=budget, cost=cost)
+                                 prefilling=prefilling, token_budget=budget, cost=cost,
+                                 slack=_slack(scheduler))
     kept = cut = 0
     for req in running:
         n = keep.get(req.request_id)
