@@ -14,12 +14,8 @@ the model, prints the OpenAI endpoint and the metrics URL, and writes
 ``.cache/ray/state.json``.
 
 ``down`` shuts Serve down (if the cluster still answers), then stops every process of
-this cluster by pid and removes the temp dir, the state file and the auth token.
-"This cluster's processes" are those whose command line names the temp dir (Ray's
-own daemons), or whose environment carries ``SPECDEC_RAY_CLUSTER=<temp dir>`` (set for
-``ray start``, so inherited by every Ray worker, replica, vLLM EngineCore and worker),
-and all their descendants. It does not run ``ray stop``: that kills every Ray process
-of the user on the machine, including other clusters.
+this cluster by pid (``cluster_processes``: never ``ray stop``, which would stop other
+clusters too) and removes the temp dir, the state file and the auth token.
 """
 
 from __future__ import annotations
@@ -27,10 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -38,13 +31,17 @@ import time
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cluster_*.py, also when loaded by path
+from cluster_config import load_config  # noqa: E402
+from cluster_processes import (MARKER, describe, free_port, owned_processes,  # noqa: E402
+                               port_open, stop_processes)
+
 REPO = Path(__file__).resolve().parents[2]
 STATE_DIR = REPO / ".cache" / "ray"
 STATE_FILE = STATE_DIR / "state.json"
 TOKEN_FILE = STATE_DIR / "auth_token"
 DEFAULT_CONFIG = REPO / "deploy" / "ray" / "fixture-cpu.yaml"
 DEFAULT_TEMP_DIR = Path("/tmp/specdec-ray")  # short: Ray's unix sockets live under it (108-byte limit)
-MARKER = "SPECDEC_RAY_CLUSTER"
 METRICS_PORT = 8080
 RAY_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # with it, Ray's ports bind to 127.0.0.1 on Linux
@@ -52,126 +49,10 @@ RAY_ENV = {
     "RAY_AUTH_TOKEN_PATH": str(TOKEN_FILE),
     "RAY_USAGE_STATS_ENABLED": "0",
 }
-_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def say(msg: str) -> None:
     print(f"[ray] {msg}", flush=True)
-
-
-# ---------------------------------------------------------------- config
-
-def expand(text: str, env: dict[str, str]) -> str:
-    """Replace ``${NAME}`` with ``env[NAME]``; a missing name is an error."""
-    missing = sorted({m for m in _PLACEHOLDER.findall(text) if m not in env})
-    if missing:
-        raise SystemExit(f"config placeholders without a value: {missing}; export them first")
-    return _PLACEHOLDER.sub(lambda m: env[m.group(1)], text)
-
-
-def fixture_env(text: str) -> dict[str, str]:
-    """SPECDEC_TARGET/SPECDEC_DRAFT from the environment, else the ci pair (built if missing)."""
-    env = dict(os.environ)
-    needed = {"SPECDEC_TARGET", "SPECDEC_DRAFT"} & set(_PLACEHOLDER.findall(text))
-    if needed and not needed <= set(env):
-        from specdec_fixtures import ensure_pair
-
-        say("ci fixture pair (building it if missing, ~2 min the first time)")
-        pair = ensure_pair("ci")
-        env.setdefault("SPECDEC_TARGET", str(pair.target))
-        env.setdefault("SPECDEC_DRAFT", str(pair.draft))
-    return env
-
-
-def load_config(path: Path) -> dict:
-    import yaml
-
-    text = path.read_text()
-    cfg = yaml.safe_load(expand(text, fixture_env(text)))
-    apps = cfg.get("applications") or []
-    if not apps or "llm_configs" not in (apps[0].get("args") or {}):
-        raise SystemExit(f"{path}: expected applications[0].args.llm_configs (a ray.serve.llm config)")
-    return cfg
-
-
-# ---------------------------------------------------------------- processes
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_open(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex((host, port)) == 0
-
-
-def owned_processes(temp_dir: str | Path) -> list:
-    """Live (non-zombie) processes of the cluster under ``temp_dir``, with descendants."""
-    import psutil
-
-    temp_dir = str(temp_dir)
-    me = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
-    found: dict[int, psutil.Process] = {}
-    for p in psutil.process_iter():
-        try:
-            if p.pid in me or p.uids().real != os.getuid():
-                continue
-            if temp_dir in " ".join(p.cmdline()) or p.environ().get(MARKER) == temp_dir:
-                found[p.pid] = p
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    for p in list(found.values()):
-        try:
-            for c in p.children(recursive=True):
-                if c.pid not in me:
-                    found.setdefault(c.pid, c)
-        except psutil.Error:
-            pass
-    alive = []
-    for p in found.values():
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-        except psutil.Error:
-            pass
-    return sorted(alive, key=lambda p: p.pid)
-
-
-def describe(p) -> str:
-    try:
-        title = " ".join(p.cmdline())[:100] or p.name()
-        return f"{p.pid} {title}"
-    except Exception:
-        return str(p.pid)
-
-
-def stop_processes(temp_dir: Path, grace_s: float = 15.0) -> list[str]:
-    """SIGTERM, then SIGKILL, every process of the cluster; returns what is left."""
-    import psutil
-
-    for attempt in range(3):
-        procs = owned_processes(temp_dir)
-        if not procs:
-            return []
-        sig = signal.SIGTERM if attempt == 0 else signal.SIGKILL
-        say(f"{'stopping' if sig == signal.SIGTERM else 'killing'} {len(procs)} processes")
-        for p in procs:
-            try:
-                p.send_signal(sig)
-            except psutil.Error:
-                pass
-        _, alive = psutil.wait_procs(procs, timeout=grace_s if sig == signal.SIGTERM else 5)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(alive, timeout=5)
-        time.sleep(1)  # a dying raylet may still have forked a worker
-    return [describe(p) for p in owned_processes(temp_dir)]
 
 
 # ---------------------------------------------------------------- state
@@ -296,7 +177,7 @@ def up(args: argparse.Namespace) -> int:
         say(f"port {METRICS_PORT} (Ray's metrics export port) is in use; stop what holds it")
         return 1
 
-    cfg = load_config(Path(args.config))
+    cfg = load_config(Path(args.config), say)
     http_port = int((cfg.get("http_options") or {}).get("port", 8123))
     if port_open(http_port):
         say(f"port {http_port} (Serve HTTP) is in use; stop what holds it")
@@ -394,7 +275,7 @@ def down(args: argparse.Namespace) -> int:
                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         except subprocess.TimeoutExpired:
             say(f"serve.shutdown() did not finish in {args.timeout} s; stopping processes anyway")
-    left = stop_processes(temp_dir)
+    left = stop_processes(temp_dir, say)
     if removable(temp_dir):
         shutil.rmtree(temp_dir, ignore_errors=True)
     for f in (STATE_FILE, TOKEN_FILE, STATE_DIR / "ray-start.log"):
