@@ -52,6 +52,9 @@ SHADOW_ROWS = 4  # not measured: new shadow proposals per step (CPU: one n-gram 
 ROW_SLACK = 0.05
 # The default of ``ttft_slack``: verify tokens may lengthen a step that carries a prefill by
 # 5 % of its time (the TTFT target is 1.10x no speculation; drafting, the deferred-draft
-# RPC and queueing behind a longer step take the rest). Not measured yet against other
-# values (benchmark config plugin-hybrid-adaptive-ttft0 runs it at 0).
+# RPC and queueing behind a longer step take the rest). Measured against 0 (no drafts
+# beside a prefill), 2026-11-26, bench pair, unique prompts, 3 reps
+# (results/2026-11-26-ccab505-serving-bench-unique-ttftslack/): TTFT p50 c = 4 0.94x vs
+# 1.06x, c = 8 1.31x vs 1.11x, repetitions overlapping; throughput c = 4 1.54x vs 1.39x.
+# 0 is not better; other values not measured.
 TTFT_SLACK = 0.05
