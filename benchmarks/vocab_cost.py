@@ -5,6 +5,9 @@ Engine-free: no model runs. For each request mix, batch B and k, on random logit
     host copy and ``draft_probs.build`` (the q channel);
   - verification: vLLM's ``_get_spec_decode_draft_probs`` (q gathered per draft row),
     then the plugin's ``exact_rejection_sample`` on target logits [sum(k_b) + B, V];
+  - vLLM's own host path on the same inputs (``vocab_cost_vllm``): its rejection
+    sampler, and its draft proposers' argmax per pass: what any speculative method
+    pays at that V, beside the plugin's;
 at each V (default 2,048 and 49,152), one torch thread (as vLLM's CPU worker), median
 ms per step and the ratio of the largest V to the smallest.
 Excluded: the target's and the draft's model forwards (lm_head included), vLLM's
@@ -32,8 +35,9 @@ import torch
 from benchmarks.machine import REPO, ForeignLoad, git_info, machine_info, versions
 from benchmarks.step_probe import Probe
 from benchmarks.vocab_cost_report import markdown, ratio_of, summary
+from benchmarks.vocab_cost_vllm import DEVICE, InTree, fake_runner, spec_metadata
+from benchmarks.vocab_cost_vllm import entries as vllm_entries
 
-DEVICE = torch.device("cpu")
 
 
 # ------------------------------------------------------------------------ request mixes
@@ -73,6 +77,7 @@ def _entries() -> SimpleNamespace:
         "SamplingParams": ("vllm", "SamplingParams"),
         "SpecDecodeMetadata": ("vllm.v1.spec_decode.metadata", "SpecDecodeMetadata"),
         "GPUModelRunner": ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner"),
+        **vllm_entries(),
     }
     out = {}
     for key, (module, attr) in names.items():
@@ -81,37 +86,6 @@ def _entries() -> SimpleNamespace:
         except (ImportError, AttributeError) as e:
             raise SystemExit(f"vocab_cost: interface changed: cannot get {module}.{attr}: {e}") from e
     return SimpleNamespace(**out)
-
-
-def fake_runner(params: list[Any], prompts: list[list[int]], outputs: list[list[int]],
-                q: torch.Tensor | None) -> SimpleNamespace:
-    """The slice of vLLM's GPUModelRunner that the verify path reads: the persistent
-    batch's req_ids and generators, per-request state, and the q channel that
-    ``runner_hooks.set_draft_probs`` fills (rows in batch order). Adapt here when the
-    adapter reads more of the runner."""
-    req_ids = [f"req-{b}" for b in range(len(params))]
-    requests = {rid: SimpleNamespace(sampling_params=sp, prompt_token_ids=p, output_token_ids=o)
-                for rid, sp, p, o in zip(req_ids, params, prompts, outputs)}
-    return SimpleNamespace(
-        input_batch=SimpleNamespace(req_ids=req_ids, generators={},  # unseeded rows
-                                    req_id_to_index={r: i for i, r in enumerate(req_ids)}),
-        requests=requests, _draft_probs=q, _draft_prob_req_ids=None if q is None else req_ids)
-
-
-def spec_metadata(api: SimpleNamespace, drafts: list[list[int]]) -> Any:
-    """SpecDecodeMetadata with the logit row indices vLLM's runner computes
-    (``_calc_spec_decode_metadata``): request b's draft rows, then its bonus row;
-    ``make_dummy`` leaves them zero."""
-    md = api.SpecDecodeMetadata.make_dummy(drafts, DEVICE)
-    target, bonus, start = [], [], 0
-    for d in drafts:
-        target += range(start, start + len(d))
-        bonus.append(start + len(d))
-        start += len(d) + 1
-    md.target_logits_indices = torch.tensor(target, dtype=torch.int32)
-    md.bonus_logits_indices = torch.tensor(bonus, dtype=torch.int32)
-    md.logits_indices = torch.arange(start, dtype=torch.int32)
-    return md
 
 
 # ------------------------------------------------------------------------------- a cell
@@ -132,6 +106,7 @@ class Cell:
     ngram_drafts: list[list[int]]
     runner: Any = None
     metadata: Any = None
+    intree: Any = None                # InTree: vLLM's own path on these inputs
 
 
 def make_cell(api: SimpleNamespace, mix: Mix, batch: int, k: int, vocab: int,
@@ -158,6 +133,9 @@ def make_cell(api: SimpleNamespace, mix: Mix, batch: int, k: int, vocab: int,
     check_drafts(cell, drafts, q)
     cell.runner = fake_runner(params, cell.prompts, cell.outputs, q)
     cell.metadata = spec_metadata(api, drafts)
+    with loud(cell, "vLLM's own path (RejectionSampler on the gathered q)"):
+        q_rows = api.GPUModelRunner._get_spec_decode_draft_probs(cell.runner, cell.metadata)
+        cell.intree = InTree(api, cell, params, drafts, q_rows)
     return cell
 
 
@@ -196,7 +174,7 @@ def verify_step(api: SimpleNamespace, c: Cell) -> torch.Tensor:
 @contextmanager
 def loud(c: Cell, what: str):
     """Name the cell and the entry when a plugin call raises: most likely its interface
-    changed and this file's fake inputs (``fake_runner``, ``make_cell``) need adapting."""
+    changed and the fake inputs (``vocab_cost_vllm.fake_runner``, ``make_cell``) need adapting."""
     try:
         yield
     except Exception as e:
@@ -221,7 +199,7 @@ def check_verify(c: Cell, out: Any) -> None:
     ok = (isinstance(out, torch.Tensor) and tuple(out.shape) == (c.batch, c.k + 1)
           and bool((out[:, 0] >= 0).all()) and bool((out < c.vocab).all()))
     if not ok:
-        raise SystemExit(f"vocab_cost: interface changed: exact_rejection_sample on {c.mix.name} "
+        raise SystemExit(f"vocab_cost: interface changed: a rejection sampler on {c.mix.name} "
                          f"B={c.batch} k={c.k} V={c.vocab} returned "
                          f"{getattr(out, 'shape', type(out))}, expected [{c.batch}, {c.k + 1}] ids")
 
@@ -232,33 +210,37 @@ def time_cell(api: SimpleNamespace, c: Cell, args: argparse.Namespace) -> dict:
     """Median ms per step of each side, and of each probed component."""
     with loud(c, "verify side (_get_spec_decode_draft_probs / exact_rejection_sample)"):
         check_verify(c, verify_step(api, c))    # warm-up, and a loud interface check
+    with loud(c, "vLLM's own path (RejectionSampler.forward)"):
+        check_verify(c, c.intree.verify())
+        c.intree.draft()
     # (the draft side was warmed up by make_cell, which ran it for the verify's inputs)
     PROBE.reset()
     load = ForeignLoad()
     mark = load.start()
-    totals: dict[str, list[float]] = {"draft": [], "verify": []}
+    sides = (("draft", draft_step), ("verify", verify_step),
+             ("intree_draft", lambda api, c: c.intree.draft()),
+             ("intree_verify", lambda api, c: c.intree.verify()))
+    totals: dict[str, list[float]] = {side: [] for side, _ in sides}
     parts: list[dict[str, float]] = []
     t_start = time.perf_counter()
     # At least --repeats steps; cheap cells repeat up to --min-time so the median is stable.
     while len(parts) < args.repeats or (time.perf_counter() - t_start < args.min_time
                                         and len(parts) < 50 * args.repeats):
-        for side, fn in (("draft", draft_step), ("verify", verify_step)):
+        for side, fn in sides:
             t0 = time.perf_counter()
             fn(api, c)
             totals[side].append(time.perf_counter() - t0)
         parts.append(PROBE.reset())
     n = len(parts)
     for i, rep in enumerate(parts):           # what the probes did not cover
-        for side in totals:
+        for side in ("draft", "verify"):
             rep[side + ".other"] = totals[side][i] - sum(s for l, s in rep.items() if l.startswith(side + "."))
     labels = sorted({l for rep in parts for l in rep})
     ms = {l: 1e3 * statistics.median(rep.get(l, 0.0) for rep in parts) for l in labels}
-    ms["draft"], ms["verify"] = (1e3 * statistics.median(totals[s]) for s in ("draft", "verify"))
     return {"mix": c.mix.name, "batch": c.batch, "k": c.k, "vocab": c.vocab, "repeats": n,
-            "draft_ms": ms.pop("draft"), "verify_ms": ms.pop("verify"),
+            **{f"{s}_ms": 1e3 * statistics.median(totals[s]) for s in totals},
             "components_ms": ms,
-            "draft_ms_all": [round(1e3 * t, 4) for t in totals["draft"]],
-            "verify_ms_all": [round(1e3 * t, 4) for t in totals["verify"]],
+            **{f"{s}_ms_all": [round(1e3 * t, 4) for t in totals[s]] for s in totals},
             "foreign_cpu_share": round(load.cpu_share(mark), 3)}
 
 

@@ -24,6 +24,11 @@ def summary(cells: list[dict], vocab: list[int]) -> list[dict]:
         row = {"mix": mix, "batch": batch, "k": k,
                "verify_ms": {v: round(by_v[v]["verify_ms"], 4) for v in vocab},
                "draft_ms": {v: round(by_v[v]["draft_ms"], 4) for v in vocab}}
+        if "intree_verify_ms" in by_v[vocab[0]]:
+            row["intree_ms"] = {v: round(by_v[v]["intree_verify_ms"] + by_v[v]["intree_draft_ms"], 4)
+                                for v in vocab}
+            row["above_ms"] = {v: round(by_v[v]["verify_ms"] + by_v[v]["draft_ms"] - row["intree_ms"][v], 4)
+                               for v in vocab}
         if len(vocab) > 1:
             row["ratio"] = {s: round(r, 3) for s, r in ratio_of(by_v[max(vocab)], by_v[min(vocab)]).items()}
         rows.append(row)
@@ -56,6 +61,8 @@ def markdown(meta: dict, rows: list[dict], cells: list[dict], vocab: list[int]) 
             cols += [f"{x['verify']:.2f}", f"{x['draft']:.2f}", f"{x['step']:.2f}",
                      "yes" if x["step"] <= TARGET_RATIO else "**no**"]
         lines.append("| " + " | ".join(cols) + " |")
+    if rows and "above_ms" in rows[0]:
+        lines += above_table(rows, vocab)
     labels = sorted({l for c in cells for l in c["components_ms"]})
     lines += ["", "## Breakdown", "",
               "Median ms per component; `other` = the side's total minus its probed parts; "
@@ -70,3 +77,22 @@ def markdown(meta: dict, rows: list[dict], cells: list[dict], vocab: list[int]) 
     if meta["probes_missing"]:
         lines += ["", f"Probes missing (components not split out): {', '.join(meta['probes_missing'])}"]
     return "\n".join(lines) + "\n"
+
+
+def above_table(rows: list[dict], vocab: list[int]) -> list[str]:
+    """The plugin's step time beside vLLM's own host path on the same inputs, per V."""
+    lines = ["", "## Beside vLLM's own path", "",
+             "in-tree = vLLM's `RejectionSampler.forward` + its draft proposers' argmax per pass, "
+             "on the same logits, drafts and q; plugin = verify + draft above; ratio = plugin / "
+             "in-tree (below 1: the plugin's side is the cheaper).", "",
+             "| mix | B | k | " + " | ".join(f"in-tree ms V={v}" for v in vocab) + " | "
+             + " | ".join(f"plugin ms V={v}" for v in vocab) + " | "
+             + " | ".join(f"ratio V={v}" for v in vocab) + " |",
+             "|---" * (3 + 3 * len(vocab)) + "|"]
+    for r in rows:
+        step = {v: r["verify_ms"][v] + r["draft_ms"][v] for v in vocab}
+        cols = [r["mix"], str(r["batch"]), str(r["k"])]
+        cols += [f"{r['intree_ms'][v]:.3f}" for v in vocab] + [f"{step[v]:.3f}" for v in vocab]
+        cols += [f"{step[v] / r['intree_ms'][v]:.2f}" for v in vocab]
+        lines.append("| " + " | ".join(cols) + " |")
+    return lines
