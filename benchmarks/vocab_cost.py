@@ -39,7 +39,6 @@ from benchmarks.vocab_cost_vllm import DEVICE, InTree, fake_runner, spec_metadat
 from benchmarks.vocab_cost_vllm import entries as vllm_entries
 
 
-
 # ------------------------------------------------------------------------ request mixes
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def markdown(meta: dict, rows: list[dict], cells: list[dict], vocab: list[int]) 
                      "yes" if x["step"] <= TARGET_RATIO else "**no**"]
         lines.append("| " + " | ".join(cols) + " |")
     if rows and "above_ms" in rows[0]:
-        lines += above_table(rows, vocab)
+        lines += intree_table(rows, vocab)
     labels = sorted({l for c in cells for l in c["components_ms"]})
     lines += ["", "## Breakdown", "",
               "Median ms per component; `other` = the side's total minus its probed parts; "
@@ -79,7 +79,7 @@ def markdown(meta: dict, rows: list[dict], cells: list[dict], vocab: list[int]) 
     return "\n".join(lines) + "\n"
 
 
-def above_table(rows: list[dict], vocab: list[int]) -> list[str]:
+def intree_table(rows: list[dict], vocab: list[int]) -> list[str]:
     """The plugin's step time beside vLLM's own host path on the same inputs, per V."""
     lines = ["", "## Beside vLLM's own path", "",
              "in-tree = vLLM's `RejectionSampler.forward` + its draft proposers' argmax per pass, "
