@@ -100,6 +100,11 @@ TABLE: list[Entry] = [
     # decides): what protecting every request's TPOT costs, in one run.
     Entry("plugin-hybrid-adaptive-meanonly", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "row_slack": 1000.0}),
+    # The draft proposes only from the pair's draft_vocab.json (the real pair ships one:
+    # 16,384 of 49,152 ids), so its head computes a third of the logits.
+    Entry("plugin-hybrid-adaptive-vocab", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "draft_vocab": "{draft}/draft_vocab.json"}),
+    Entry("plugin-vocab", "plugin", (4,), specdec={"draft_vocab": "{draft}/draft_vocab.json"}),
     # One corpus and one set of acceptance statistics for every request (single
     # tenant): against the default per-salt scope it prices tenant isolation.
     Entry("plugin-hybrid-adaptive-global", "plugin", (8,),
@@ -162,7 +167,10 @@ class BenchConfig:
                     **({"suffix_decoding_max_tree_depth": self.k}
                        if self.k > SUFFIX_TREE_DEPTH else {})}
         elif kind == "plugin":
-            specdec = {**({"draft_model": draft} if draft else {}), **dict(self.specdec_extra)}
+            # "{draft}" in an option's value is the pair's draft folder
+            specdec = {**({"draft_model": draft} if draft else {}),
+                       **{k: v.replace("{draft}", draft or "") if isinstance(v, str) else v
+                          for k, v in self.specdec_extra}}
             spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
                     "num_speculative_tokens": self.k,
                     "draft_load_config": {"model_loader_extra_config": {"specdec": specdec}}}

@@ -24,7 +24,10 @@ case "${MODE:-draft}" in
   hybrid-adaptive) mode=',"method":"hybrid","adaptive":true' ;;
   *) echo "[serve] MODE must be draft, ngram, hybrid, adaptive or hybrid-adaptive (got ${MODE})" >&2; exit 2 ;;
 esac
-spec=$(printf '{"method":"custom_class","model":"vllm_specdec_plugin.DraftModelProposer","num_speculative_tokens":%s,"draft_load_config":{"model_loader_extra_config":{"specdec":{"preset":"configs/fixture-%s.yaml","draft_model":"%s"%s}}}}' "$K" "$PAIR" "$DRAFT" "$mode")
+# A pair that ships a reduced draft vocabulary (smol) serves with it.
+vocab=''
+[ -f "$DRAFT/draft_vocab.json" ] && vocab=$(printf ',"draft_vocab":"%s/draft_vocab.json"' "$DRAFT")
+spec=$(printf '{"method":"custom_class","model":"vllm_specdec_plugin.DraftModelProposer","num_speculative_tokens":%s,"draft_load_config":{"model_loader_extra_config":{"specdec":{"preset":"configs/fixture-%s.yaml","draft_model":"%s"%s%s}}}}' "$K" "$PAIR" "$DRAFT" "$mode" "$vocab")
 echo "[serve] target=$TARGET"
 echo "[serve] speculative-config=$spec"
 exec .venv/bin/vllm serve "$TARGET" --served-model-name "specdec-$PAIR" \

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vllm_specdec_plugin import batch_check
+from vllm_specdec_plugin import batch_check, draft_vocab
 from vllm_specdec_plugin.adaptive import AdaptiveK, controllers_for
 from vllm_specdec_plugin.compat import (draft_ids_return, draft_model, rejection_adapter,
                                         request_scope, runner_hooks)
@@ -78,6 +78,9 @@ class DraftModelProposer:
                 self.draft_path, mc.hf_config, mc.tokenizer, mc.model, self.max_model_len,
                 self.config.tokenizer_probe)
             self.vocab_size = int(self.draft_hf_config["vocab_size"])
+        # a reduced draft vocabulary (``draft_vocab``), read now so a bad file fails early
+        self.draft_vocab = (draft_vocab.load(self.config.draft_vocab, self.vocab_size)
+                            if self.uses_model and self.config.draft_vocab else None)
         # the whole step's cost model, fitted from every step (``step_cost``)
         self.step_cost = StepCost()
         # One controller per draft source (adaptive k, and hybrid's choice of source)
@@ -141,7 +144,7 @@ class DraftModelProposer:
             return
         self.kernels, self.allocator = load_draft(
             self.vllm_config, self.config, self.draft_path, self.draft_hf_config, self.dtype,
-            self.dtype_name, self.device, self.max_model_len, self.vocab_size)
+            self.dtype_name, self.device, self.max_model_len, self.vocab_size, self.draft_vocab)
         self.planner.allocator = self.allocator
         self.metrics.kv_blocks(0, self.allocator.num_blocks)
 

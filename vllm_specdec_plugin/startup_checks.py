@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllm_specdec_plugin import draft_vocab
 from vllm_specdec_plugin.config import (CONFIG_KEY, SpecDecConfig, from_vllm_config, merge_sources,
                                         resolve_dtype, selects_plugin)
 from vllm_specdec_plugin.draft.checks import (check_draft_budget, check_draft_compatible,
@@ -35,6 +36,8 @@ def check_vllm_config(vllm_config: Any) -> SpecDecConfig:
     cfg = check_draft_compatible(draft, mc.hf_config, mc.tokenizer, mc.model, max_len,
                                  config.tokenizer_probe)
     check_draft_budget(cfg, resolve_dtype(config.draft_dtype, mc.dtype), config.block_size, config.draft_kv_cache_mib, max_len)
+    if config.draft_vocab:
+        draft_vocab.load(config.draft_vocab, int(cfg["vocab_size"]))
     return config
 
 

@@ -63,6 +63,8 @@ def drafts(ci_pair, tmp_path_factory):
     out["bad_yaml"] = root / "bad.yaml"
     (root / "list.yaml").write_text("- 1\n- 2\n")
     out["list_yaml"] = root / "list.yaml"
+    (root / "vocab_big.json").write_text("[1, 2, 5000]")
+    out["vocab_big"] = root / "vocab_big.json"
     return out
 
 
@@ -91,6 +93,8 @@ def _cases(ci_pair, d):
         "bad_block_size": (P(block_size=12), "block_size must be a power of two"),
         "bad_dtype": (P(draft_dtype="int8"), "draft_dtype 'int8' is not one of"),
         "bad_prefill_budget": (P(draft_prefill_budget=0), "draft_prefill_budget must be a whole number"),
+        "draft_vocab_missing": (P(draft_vocab="/no/such/vocab.json"), "draft_vocab file /no/such/vocab.json does not exist"),
+        "draft_vocab_other_tokenizer": (P(draft_vocab=str(d["vocab_big"])), "ids outside the vocabulary [0, 2048)"),
         "options_not_an_object": ({**P(), "draft_load_config": {"model_loader_extra_config": {"specdec": "fast"}}},
                                   "must be a JSON object"),
         # Refused vLLM features: (spec, text, extra engine arguments)
@@ -123,7 +127,8 @@ CASE_NAMES = ["missing_path", "path_is_a_file", "no_config_json", "vocab_mismatc
               "tokenizer_mismatch", "not_a_causal_lm_draft", "short_draft_context", "k_zero", "k_negative",
               "k_too_large", "unknown_option", "budget_below_one_request", "malformed_yaml",
               "yaml_not_a_mapping", "preset_missing", "bad_method", "bad_block_size", "bad_dtype",
-              "bad_prefill_budget", "options_not_an_object", "tensor_parallel", "pipeline_parallel",
+              "bad_prefill_budget", "draft_vocab_missing", "draft_vocab_other_tokenizer",
+              "options_not_an_object", "tensor_parallel", "pipeline_parallel",
               "data_parallel", "lora", "logits_processors"]
 
 

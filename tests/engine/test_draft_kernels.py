@@ -83,3 +83,25 @@ def test_chunked_prefill_equals_one_pass(loaded):
     for end in (40, 80, 150):                                     # three chunks, one row
         logits = _pass(kernels, table, [seq[:end]], [end - 40 if end < 150 else 80])
     _check(ref, [seq], logits, "chunked prefill")
+
+
+def test_reduced_vocabulary_computes_only_its_logits(loaded):
+    """``draft_vocab``: the set's logits are the full head's, every other is OUTSIDE."""
+    from dataclasses import replace
+
+    from vllm_specdec_plugin.draft_vocab import OUTSIDE
+
+    kernels, _, _ = loaded
+    ids = torch.arange(3, 2048, 5)
+    reduced = replace(kernels, vocab_size=2048, vocab_ids=ids,
+                      head=draft_model.reduced_head(kernels.model, ids, torch.device("cpu")))
+    g = torch.Generator().manual_seed(2)
+    seqs = [torch.randint(4, 2048, (n,), generator=g).tolist() for n in (9, 40)]
+    tables = [[0], [1, 2]]
+    full = _pass(kernels, tables, seqs, [0, 0])
+    part = _pass(reduced, tables, seqs, [0, 0])
+    assert part.shape == full.shape == (2, 2048)
+    assert (part[:, ids] - full[:, ids]).abs().max() < 1e-4
+    outside = torch.ones(2048, dtype=torch.bool)
+    outside[ids] = False
+    assert bool((part[:, outside] == OUTSIDE).all())

@@ -111,3 +111,19 @@ def test_qwen2_draft_runs_through_vllms_model_class(ci_pair, baseline):
     assert runs["llama"]["model_class"] == "LlamaForCausalLM"
     assert runs["qwen2"]["accepted"] == runs["llama"]["accepted"] > 0
     assert runs["qwen2"]["drafted"] == runs["llama"]["drafted"]
+
+
+def test_reduced_draft_vocab_keeps_greedy_identical(ci_pair, baseline, tmp_path):
+    """``draft_vocab`` without every third token id (some of the target's greedy
+    tokens out of the draft's reach): output identical, drafts still accepted."""
+    import json
+
+    vocab = tmp_path / "draft_vocab.json"
+    vocab.write_text(json.dumps([i for i in range(2048) if i % 3]))
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    res = run_engine(engine_kwargs(ci_pair.target, plugin_spec(ci_pair.draft, 4, draft_vocab=str(vocab)),
+                                   max_model_len=MAX_MODEL_LEN), _free_jobs([1, 16]), env=env)
+    want = _ids(baseline, "b16")
+    for bs in (1, 16):
+        assert _ids(res, f"b{bs}") == want, bs
+    assert res["proposer"]["accepted"] > 0, res["proposer"]

@@ -25,7 +25,10 @@ REPEAT_PROMPT = "x = f(x)\nx = f(x)\nx = f(x)\nx = f(x)\nx ="
 
 # Plugin engines: name -> (k, plugin options).
 ENGINES = {"k1": (1, {}), "k3": (3, {}), "ngram": (3, {"method": "ngram"}),
-           "hybrid-adaptive": (4, {"method": "hybrid", "adaptive": True})}
+           "hybrid-adaptive": (4, {"method": "hybrid", "adaptive": True}),
+           "vocab": (3, {"draft_vocab": None})}   # the runs fixture writes the file
+# The reduced draft vocabulary: every third id and the ids 200-319 left out.
+VOCAB = [i for i in range(2048) if i % 3 and not 200 <= i < 320]
 
 
 def _configs(tok):
@@ -50,6 +53,12 @@ def _configs(tok):
         "mixed": ("k3", "mixed"),
         "ngram": ("ngram", {**base, "temperature": 1.0}, REPEAT_PROMPT),
         "hybrid_adaptive": ("hybrid-adaptive", "mixed", REPEAT_PROMPT),
+        # draft_vocab: some of the target's likely tokens out of the draft's reach, and
+        # (allowed ids 200-319) rows whose every allowed token is outside the set, so
+        # every draft is rejected and the residual alone must give p
+        "vocab": ("vocab", {**base, "temperature": 1.0}),
+        "vocab_outside": ("vocab", {**base, "temperature": 1.0,
+                                    "allowed_token_ids": list(range(200, 320))}),
     }
 
 
@@ -80,8 +89,12 @@ def tokenizer(ci_pair):
 
 
 @pytest.fixture(scope="module")
-def runs(ci_pair, tokenizer):
+def runs(ci_pair, tokenizer, tmp_path_factory):
+    import json
+
     cfgs = _configs(tokenizer)
+    vocab = tmp_path_factory.mktemp("vocab") / "draft_vocab.json"
+    vocab.write_text(json.dumps(VOCAB))
     kw = dict(max_num_seqs=256, max_model_len=128)
     baseline = run_engine(engine_kwargs(ci_pair.target, **kw),
                           [_job(n, c[1], 0, *c[2:]) for n, c in cfgs.items()])
@@ -89,6 +102,7 @@ def runs(ci_pair, tokenizer):
               "params": {"temperature": 1.0, "max_tokens": 40, "seed": 1234, "ignore_eos": True}}
     plugin = {}
     for engine, (k, opts) in ENGINES.items():
+        opts = {o: str(vocab) if o == "draft_vocab" else v for o, v in opts.items()}
         jobs = [_job(n, c[1], 10**6, *c[2:]) for n, c in cfgs.items() if c[0] == engine]
         env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if opts else None  # proposer counters
         plugin[engine] = run_engine(engine_kwargs(ci_pair.target, plugin_spec(ci_pair.draft, k, **opts), **kw),
@@ -98,7 +112,8 @@ def runs(ci_pair, tokenizer):
 
 
 @pytest.mark.parametrize("name", ["t0.7", "t1.0", "t1.5", "top_k", "top_p", "min_p", "penalties",
-                                  "logit_bias", "constraints", "mixed", "ngram", "hybrid_adaptive"])
+                                  "logit_bias", "constraints", "mixed", "ngram", "hybrid_adaptive",
+                                  "vocab", "vocab_outside"])
 def test_sampled_distribution_matches_no_speculation(runs, name):
     from specdec_testing.two_sample import two_sample_chi2
 

@@ -75,6 +75,15 @@ def test_explicit_keys_win_over_preset(tmp_path):
     assert cfg.draft_model == "/explicit"
 
 
+def test_preset_paths_may_be_relative_to_the_preset(tmp_path):
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "vocab.json").write_text("[1]")
+    preset = tmp_path / "p.yaml"
+    preset.write_text("draft_model: draft\ndraft_vocab: vocab.json\n")
+    cfg = merge_sources(4, {"preset": str(preset)})
+    assert (cfg.draft_model, cfg.draft_vocab) == (str(tmp_path / "draft"), str(tmp_path / "vocab.json"))
+
+
 @pytest.mark.parametrize("opts,match", [
     ({"draft_model": "/d", "bogus": 1}, r"unknown plugin option\(s\) \['bogus'\]"),
     ({"draft_model": "/d", "hybrid_min_ngram": 2}, r"\['hybrid_min_ngram'\] no longer exist: hybrid now picks"),
@@ -90,6 +99,8 @@ def test_explicit_keys_win_over_preset(tmp_path):
     ({"method": "ngram", "row_slack": float("inf")}, r"row_slack must be a number >= 0.*Fix"),
     ({"method": "ngram", "ttft_slack": -1}, r"ttft_slack must be a number >= 0.*Fix"),
     ({"method": "ngram", "ttft_slack": True}, r"ttft_slack must be a number >= 0.*Fix"),
+    ({"draft_model": "/d", "draft_vocab": ""}, r"draft_vocab must be a file path.*Fix"),
+    ({"draft_model": "/d", "draft_vocab": 16384}, r"draft_vocab must be a file path.*Fix"),
 ])
 def test_bad_options_name_the_fix(opts, match):
     with pytest.raises(SpecDecConfigError, match=match):

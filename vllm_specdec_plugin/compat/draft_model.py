@@ -53,6 +53,9 @@ class DraftKernels:
     num_blocks: int
     backend_name: str
     compiled: bool             # torch.compile is on for the draft forward
+    vocab_size: int = 0        # V of the logits forward returns
+    vocab_ids: torch.Tensor | None = None  # int64 [N]: a reduced draft vocabulary
+    head: torch.Tensor | None = None       # [N, H]: the head's rows for vocab_ids
 
     # ---------------------------------------------------------------- per pass
 
@@ -82,7 +85,8 @@ class DraftKernels:
         """Hidden states -> logits [len(sample_index), V] (float32).
 
         input_ids int32 [T]; positions int64 [T]; sample_index int64: the flat token
-        indices whose logits are needed (each row's last new token).
+        indices whose logits are needed (each row's last new token). With a reduced
+        vocabulary only its N logits are computed; the others are ``OUTSIDE``.
         """
         from vllm.forward_context import set_forward_context
 
@@ -91,7 +95,48 @@ class DraftKernels:
                                  num_tokens=int(input_ids.shape[0]),
                                  slot_mapping={n: slot_mapping for n in names}):
             hidden = self.model(input_ids=input_ids, positions=positions)
-        return self.model.compute_logits(hidden[sample_index]).float()
+        if self.head is None:
+            return self.model.compute_logits(hidden[sample_index]).float()
+        return self._reduced_logits(hidden[sample_index])
+
+    def _reduced_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [n, H] -> [n, V] float32: the head's N rows as vLLM's LogitsProcessor
+        would apply them (soft cap, then scale), the rest ``OUTSIDE``."""
+        from vllm_specdec_plugin.draft_vocab import OUTSIDE
+
+        sub = torch.nn.functional.linear(hidden, self.head).float()       # [n, N]
+        lp = self.model.logits_processor
+        if getattr(lp, "soft_cap", None):
+            sub = torch.tanh(sub / lp.soft_cap) * lp.soft_cap
+        if getattr(lp, "scale", 1.0) != 1.0:
+            sub = sub * lp.scale
+        out = torch.full((hidden.shape[0], self.vocab_size), OUTSIDE, dtype=torch.float32,
+                         device=hidden.device)
+        return out.index_copy_(1, self.vocab_ids, sub)
+
+
+def reduced_head(model: Any, vocab_ids: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The rows ``vocab_ids`` (int64 [N]) of the draft's output head, [N, H] contiguous.
+
+    Why here: vLLM's ``compute_logits`` always multiplies by the whole head; a reduced
+    draft vocabulary (``draft_vocab``) needs the head's weight, read as vLLM's
+    Llama-family classes hold it (``lm_head``, tied or not, unquantized).
+    """
+    from vllm_specdec_plugin.errors import SpecDecConfigError
+
+    head = getattr(model, "lm_head", None)
+    weight = getattr(head, "weight", None)
+    method = type(getattr(head, "quant_method", None)).__name__
+    if not isinstance(weight, torch.Tensor) or method != "UnquantizedEmbeddingMethod":
+        raise SpecDecConfigError(
+            f"draft_vocab needs a draft whose output head is an unquantized lm_head; "
+            f"{type(model).__name__} has {type(head).__name__} ({method}). Fix: remove "
+            "draft_vocab, or use an unquantized draft.")
+    if int(vocab_ids.max()) >= weight.shape[0]:
+        raise SpecDecConfigError(
+            f"draft_vocab has ids up to {int(vocab_ids.max())} but the draft's head has "
+            f"{weight.shape[0]} rows. Fix: write the file with the draft's tokenizer.")
+    return weight.detach().index_select(0, vocab_ids.to(weight.device)).contiguous().to(device)
 
 
 def draft_vllm_config(target: Any, draft_path: str | Path, block_size: int,
@@ -125,8 +170,11 @@ def _as_draft(cfg: Any) -> Iterator[None]:
 
 
 def load(target: Any, draft_path: str | Path, block_size: int, num_blocks: int,
-         dtype: torch.dtype, device: torch.device) -> DraftKernels:
-    """Load the draft with vLLM's loader and bind ``num_blocks`` blocks of its own KV."""
+         dtype: torch.dtype, device: torch.device, vocab_ids: torch.Tensor | None = None,
+         vocab_size: int = 0) -> DraftKernels:
+    """Load the draft with vLLM's loader and bind ``num_blocks`` blocks of its own KV;
+    ``vocab_ids`` (int64 [N]) restricts its proposals to those tokens of the
+    ``vocab_size`` its logits keep."""
     from vllm.config import CompilationMode, get_layers_from_vllm_config
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm.model_executor.model_loader import get_model
@@ -169,4 +217,6 @@ def load(target: Any, draft_path: str | Path, block_size: int, num_blocks: int,
         model=model, vllm_config=cfg, layer_names=names,
         builder=group.get_metadata_builder(), kv_bytes=per_block * kv_cfg.num_blocks,
         block_size=block_size, num_blocks=kv_cfg.num_blocks, backend_name=backend.get_name(),
-        compiled=compiled)
+        compiled=compiled, vocab_size=vocab_size,
+        vocab_ids=None if vocab_ids is None else vocab_ids.to(device),
+        head=None if vocab_ids is None else reduced_head(model, vocab_ids, device))

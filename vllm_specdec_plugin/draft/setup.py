@@ -23,23 +23,29 @@ logger = logging.getLogger("vllm.specdec_plugin")
 
 def load_draft(vllm_config: Any, config: Any, draft_path: Any, draft_hf_config: dict,
                dtype: torch.dtype, dtype_name: str, device: torch.device, max_model_len: int,
-               vocab_size: int) -> tuple[draft_model.DraftKernels, BlockAllocator]:
+               vocab_size: int, vocab_ids: torch.Tensor | None = None,
+               ) -> tuple[draft_model.DraftKernels, BlockAllocator]:
     """The draft's kernels and a block allocator over its KV pool
-    (``config.draft_kv_cache_mib``, whole blocks), compiled and warmed; logs both."""
+    (``config.draft_kv_cache_mib``, whole blocks), compiled and warmed; logs both.
+    ``vocab_ids`` (int64 [N]): the reduced draft vocabulary (``draft_vocab``), or None."""
     bs = config.block_size
     num_blocks = check_draft_budget(draft_hf_config, dtype_name, bs, config.draft_kv_cache_mib,
                                     max_model_len)
     t0 = time.perf_counter()
-    kernels = draft_model.load(vllm_config, draft_path, bs, num_blocks, dtype, device)
+    kernels = draft_model.load(vllm_config, draft_path, bs, num_blocks, dtype, device,
+                               vocab_ids, vocab_size)
     allocator = BlockAllocator(kernels.num_blocks, bs)
     weights = sum(t.numel() * t.element_size() for t in kernels.model.parameters())
     warm_up(kernels, allocator, max_model_len, vocab_size, device)
+    head = "" if kernels.head is None else (
+        f", reduced head {kernels.head.shape[0]} of {vocab_size} tokens "
+        f"{kernels.head.numel() * kernels.head.element_size() / 2**20:.1f} MiB")
     logger.info(
-        "specdec: draft %s (%s, %s) on %s, backend %s, %s; weights %.1f MiB, draft KV "
+        "specdec: draft %s (%s, %s) on %s, backend %s, %s; weights %.1f MiB%s, draft KV "
         "%d blocks x %d tokens = %.1f MiB (reserved before the target's KV is sized); "
         "loaded and warmed in %.1f s", draft_path, type(kernels.model).__name__,
         str(dtype).removeprefix("torch."), device, kernels.backend_name,
-        "compiled" if kernels.compiled else "eager", weights / 2**20,
+        "compiled" if kernels.compiled else "eager", weights / 2**20, head,
         allocator.num_blocks, bs, kernels.kv_bytes / 2**20, time.perf_counter() - t0)
     return kernels, allocator
 
