@@ -60,13 +60,22 @@ def mem_available_gib() -> float:
     return _meminfo().get("MemAvailable", 0) / 2**30
 
 
+# CPU features that change vLLM's speed on CPU several-fold, recorded with every run:
+# bf16 linears take a slow path without avx512_bf16, and AMX tiles (amx_bf16) speed
+# batched bf16 matmuls up. The same cpu_model string ran no speculation at c = 16 on
+# the smol pair at 98 tok/s (2026-11-26, flags not recorded) and 247 (amx_bf16).
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
 def machine_info() -> dict:
-    cpu = ""
+    cpu, flags = "", []
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and not cpu:
                 cpu = line.split(":", 1)[1].strip()
-                break
+            if line.startswith("flags") and not flags:
+                have = set(line.split(":", 1)[1].split())
+                flags = [f for f in CPU_FLAGS if f in have]
     except OSError:
         pass
     mem = _meminfo()
@@ -79,6 +88,7 @@ def machine_info() -> dict:
         pass
     return {
         "hostname": platform.node(), "platform": platform.platform(), "cpu_model": cpu,
+        "cpu_flags": flags,
         "logical_cpus": os.cpu_count(), "affinity": sorted(os.sched_getaffinity(0)),
         "mem_total_gib": round(mem.get("MemTotal", 0) / 2**30, 2),
         "mem_available_gib_at_start": round(mem.get("MemAvailable", 0) / 2**30, 2),
