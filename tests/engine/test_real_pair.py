@@ -3,7 +3,7 @@ draft), chat-formatted held-out ShareGPT prompts. Slow tier: the pair's first bu
 takes about 20 minutes (then cached under .cache/fixtures).
 
 * greedy (float32): token-identical to vLLM without speculation, at batch 1 and 8, in
-  draft and hybrid + adaptive modes;
+  draft (with and without its reduced draft vocabulary) and hybrid + adaptive modes;
 * sampled: the first three tokens' distribution matches no speculation (the same
   two-sample statistics as test_sampled_distribution.py), with a negative control:
   the same statistics tell temperature 1.0 from 1.3 on this model;
@@ -21,7 +21,9 @@ pytestmark = pytest.mark.slow
 MAX_TOKENS = 32
 N = 4000            # samples per arm (sampled test)
 ALPHA = 1e-3 / 3
-MODES = {"draft-k4": (4, {}), "hybrid-adaptive-k8": (8, {"method": "hybrid", "adaptive": True})}
+# "{draft}" in an option: the pair's draft folder (its draft_vocab.json: 16,384 of 49,152)
+MODES = {"draft-k4": (4, {}), "hybrid-adaptive-k8": (8, {"method": "hybrid", "adaptive": True}),
+         "draft-vocab-k4": (4, {"draft_vocab": "{draft}/draft_vocab.json"})}
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +72,7 @@ def greedy_baseline(smol, chat_prompts):
 @pytest.mark.parametrize("mode", list(MODES))
 def test_real_pair_greedy_identical_to_no_speculation(smol, chat_prompts, greedy_baseline, mode):
     k, opts = MODES[mode]
+    opts = {o: v.replace("{draft}", str(smol.draft)) if isinstance(v, str) else v for o, v in opts.items()}
     res = run_engine(engine_kwargs(smol.target, plugin_spec(smol.draft, k, **opts), max_model_len=1024),
                      _jobs(chat_prompts, [1, 8]), timeout=1800)
     want = _ids(greedy_baseline, "b8")
