@@ -2,9 +2,10 @@
 
 Loads a pair's draft through the plugin's own loader (vLLM's model class and CPU
 attention backend, eager), prefills every row with a context, then times single-token
-decode passes per batch size, the whole-vocabulary head and the ``draft_vocab`` head
-interleaved, in the same process. Reports the median ms per pass and the ratio; the
-reduced pass includes writing the -1e20 fill of the other logits.
+decode passes per batch size, interleaved in one process: the whole-vocabulary head,
+the ``draft_vocab`` head with the [n, V] row (-1e20 fill of the other logits; what
+sampled or masked rounds take) and its logits alone (what greedy rounds take).
+Reports the median ms per pass and the ratios to the whole head.
 
     python -m benchmarks.draft_head_cost --pair smol [--compile] [--batches 1,8,32] [--out DIR]
 
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             md = full.metadata(qsl, qsl, seq, seq, len(ctx), args.context, args.context, table,
                                slots, pos)
             full.forward(md, ctx, pos, slots, (qsl[1:] - 1).long())
-            times = {"full": [], "reduced": []}
+            times = {"full": [], "reduced": [], "argmax": []}
             one = torch.arange(B + 1, dtype=torch.int32)
             for i in range(args.passes + 4):
                 length = args.context + i       # the pass writes position `length`
@@ -84,18 +85,21 @@ def main(argv: list[str] | None = None) -> int:
                 s = torch.full((B,), length + 1, dtype=torch.int32)
                 slot = _slots(table, None, p, bs, B)
                 tok = torch.randint(4, V, (B,), generator=g, dtype=torch.int32)
-                for name, k in (("full", full), ("reduced", reduced)) if i % 2 else \
-                        (("reduced", reduced), ("full", full)):
+                arms = [("full", full, False), ("reduced", reduced, False),
+                        ("argmax", reduced, True)]
+                for name, k, only_set in arms[i % 3:] + arms[:i % 3]:
                     m = k.metadata(one, one, s, s, B, 1, length + 1, table, slot, p)
                     t0 = time.perf_counter()
-                    k.forward(m, tok, p, slot, torch.arange(B))
+                    k.forward(m, tok, p, slot, torch.arange(B), only_set)
                     if i >= 4:                  # the first passes warm up
                         times[name].append((time.perf_counter() - t0) * 1e3)
-        f, r = statistics.median(times["full"]), statistics.median(times["reduced"])
+        f, r, a = (statistics.median(times[n]) for n in ("full", "reduced", "argmax"))
         rows.append({"batch": B, "full_ms": round(f, 3), "reduced_ms": round(r, 3),
-                     "ratio": round(r / f, 3),
-                     "full_iqr_ms": _iqr(times["full"]), "reduced_iqr_ms": _iqr(times["reduced"])})
-        print(f"batch {B}: full head {f:.2f} ms, {len(ids)}-token head {r:.2f} ms ({r / f:.2f}x)")
+                     "ratio": round(r / f, 3), "argmax_ms": round(a, 3),
+                     "argmax_ratio": round(a / f, 3),
+                     **{f"{n}_iqr_ms": _iqr(times[n]) for n in times}})
+        print(f"batch {B}: full head {f:.2f} ms, {len(ids)}-token head {r:.2f} ms ({r / f:.2f}x), "
+              f"its logits alone (greedy rounds) {a:.2f} ms ({a / f:.2f}x)")
     result = {"pair": args.pair, "dtype": args.dtype, "vocab_size": V, "draft_vocab": len(ids),
               "context": args.context, "passes": args.passes, "eager": not args.compile,
               "machine": machine_info(), "threads": thread_settings(), "git": git_info(),

@@ -30,7 +30,7 @@ def loaded(ci_pair, request):
     return kernels, ref, request.param
 
 
-def _pass(kernels, tables, seqs, starts):
+def _pass(kernels, tables, seqs, starts, reduced=False):
     """Feed seqs[b][starts[b]:] of every row in one varlen pass; logits at each row's end."""
     B = len(seqs)
     qlens = [len(s) - st for s, st in zip(seqs, starts)]
@@ -45,7 +45,7 @@ def _pass(kernels, tables, seqs, starts):
     slots = _slots(table, rows, pos, BS)
     ids = torch.tensor([t for s, st in zip(seqs, starts) for t in s[st:]], dtype=torch.int32)
     md = kernels.metadata(qsl, qsl, seq, seq, len(ids), max(qlens), int(seq.max()), table, slots, pos)
-    return kernels.forward(md, ids, pos, slots, (qsl[1:] - 1).long())
+    return kernels.forward(md, ids, pos, slots, (qsl[1:] - 1).long(), reduced)
 
 
 def _check(ref, seqs, logits, what):
@@ -105,3 +105,7 @@ def test_reduced_vocabulary_computes_only_its_logits(loaded):
     outside = torch.ones(2048, dtype=torch.bool)
     outside[ids] = False
     assert bool((part[:, outside] == OUTSIDE).all())
+    # greedy rounds take the set's logits alone, and the same argmax
+    only = _pass(reduced, tables, seqs, [0, 0], reduced=True)
+    assert only.shape == (2, len(ids)) and torch.equal(only, part[:, ids])
+    assert torch.equal(ids[only.max(-1).indices], part.max(-1).indices)

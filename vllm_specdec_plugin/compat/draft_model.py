@@ -81,12 +81,15 @@ class DraftKernels:
         return self.builder.build(0, common, fast_build=True)
 
     def forward(self, attn_metadata: Any, input_ids: torch.Tensor, positions: torch.Tensor,
-                slot_mapping: torch.Tensor, sample_index: torch.Tensor) -> torch.Tensor:
+                slot_mapping: torch.Tensor, sample_index: torch.Tensor,
+                reduced: bool = False) -> torch.Tensor:
         """Hidden states -> logits [len(sample_index), V] (float32).
 
         input_ids int32 [T]; positions int64 [T]; sample_index int64: the flat token
         indices whose logits are needed (each row's last new token). With a reduced
-        vocabulary only its N logits are computed; the others are ``OUTSIDE``.
+        vocabulary only its N logits are computed; the others are ``OUTSIDE``, or with
+        ``reduced`` the N logits alone are returned, [len(sample_index), N], in the
+        order of ``vocab_ids``.
         """
         from vllm.forward_context import set_forward_context
 
@@ -97,11 +100,12 @@ class DraftKernels:
             hidden = self.model(input_ids=input_ids, positions=positions)
         if self.head is None:
             return self.model.compute_logits(hidden[sample_index]).float()
-        return self._reduced_logits(hidden[sample_index])
+        return self._reduced_logits(hidden[sample_index], reduced)
 
-    def _reduced_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def _reduced_logits(self, hidden: torch.Tensor, only_set: bool) -> torch.Tensor:
         """hidden [n, H] -> [n, V] float32: the head's N rows as vLLM's LogitsProcessor
-        would apply them (soft cap, then scale), the rest ``OUTSIDE``."""
+        would apply them (soft cap, then scale), the rest ``OUTSIDE``; [n, N] alone
+        with ``only_set``."""
         from vllm_specdec_plugin.draft_vocab import OUTSIDE
 
         sub = torch.nn.functional.linear(hidden, self.head).float()       # [n, N]
@@ -110,6 +114,8 @@ class DraftKernels:
             sub = torch.tanh(sub / lp.soft_cap) * lp.soft_cap
         if getattr(lp, "scale", 1.0) != 1.0:
             sub = sub * lp.scale
+        if only_set:
+            return sub
         out = torch.full((hidden.shape[0], self.vocab_size), OUTSIDE, dtype=torch.float32,
                          device=hidden.device)
         return out.index_copy_(1, self.vocab_ids, sub)

@@ -51,9 +51,12 @@ def run_round(kernels: DraftKernels, rows: Sequence, sampler: DraftSampler,
     # --- pass 1: every row's new tokens (varlen); logits at the drafting rows' last token
     md = kernels.metadata(qsl, qsl_cpu, seq, seq_cpu, int(ids.shape[0]), max(qlens),
                           int(seq_cpu.max()), table, slots, pos)
-    logits = kernels.forward(md, ids, pos, slots, (qsl[1:n_draft + 1] - 1).long())
+    # greedy rows without a mask need only the reduced vocabulary's logits (no [n, V])
+    reduced = kernels.vocab_ids is not None and sampler.argmax_only
+    vocab = kernels.vocab_ids if reduced else None
+    logits = kernels.forward(md, ids, pos, slots, (qsl[1:n_draft + 1] - 1).long(), reduced)
     drafts = torch.zeros((n_draft, max(k_max, 1)), dtype=torch.long, device=device)
-    drafts[:, 0] = sampler.pick(logits, 0, drafts)
+    drafts[:, 0] = sampler.pick(logits, 0, drafts, vocab)
     passes = 1
     if k_max <= 1:
         return drafts, passes
@@ -75,8 +78,8 @@ def run_round(kernels: DraftKernels, rows: Sequence, sampler: DraftSampler,
         md = kernels.metadata(arange_dev[: n + 1], arange[: n + 1], s, seq_host, n, 1,
                               int(seq_host.max()), table[:n], slot, p)
         logits = kernels.forward(md, drafts[:n, step - 1].to(torch.int32), p, slot,
-                                 arange_dev[:n].long())
-        drafts[:n, step] = sampler.pick(logits, step, drafts)
+                                 arange_dev[:n].long(), reduced)
+        drafts[:n, step] = sampler.pick(logits, step, drafts, vocab)
         passes += 1
     return drafts, passes
 

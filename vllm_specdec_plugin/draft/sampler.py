@@ -58,9 +58,20 @@ class DraftSampler:
             self.outputs = _padded([outputs[i] if k else [] for i, k in zip(idx, keep)], device)
         self.q = torch.zeros((len(idx), k_max, vocab_size), dtype=torch.float32, device=device)
 
-    def pick(self, logits: torch.Tensor, pos: int, drafts: torch.Tensor) -> torch.Tensor:
-        """Draft ``pos`` of the first ``len(logits)`` rows. logits [n, V] float32;
-        drafts [B, k_max] int64 holds the earlier drafts. Returns [n] int64."""
+    @property
+    def argmax_only(self) -> bool:
+        """Every row drafts the argmax with no mask: a reduced draft vocabulary's
+        logits suffice (``pick`` with ``ids``), no [n, V] row is needed."""
+        return not self.sampled and self.masks is None
+
+    def pick(self, logits: torch.Tensor, pos: int, drafts: torch.Tensor,
+             ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Draft ``pos`` of the first ``len(logits)`` rows. logits [n, V] float32, or
+        with ``ids`` (int64 [N], sorted; only when ``argmax_only``) the logits of those
+        tokens, [n, N]; drafts [B, k_max] int64 holds the earlier drafts. Returns [n]
+        int64."""
+        if ids is not None:  # sorted ids: the lowest id wins a tie, as over all of V
+            return ids[first_argmax(logits)]
         if self.masks is not None:
             self.masks.apply(logits, pos, drafts)
         tokens = first_argmax(logits)
