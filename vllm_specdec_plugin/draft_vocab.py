@@ -10,7 +10,7 @@ The file is JSON, ``{"ids": [...], ...}`` (extra keys are provenance) or a bare 
 of target token ids, most frequent first. ``python -m vllm_specdec_plugin.draft_vocab``
 writes one from a ShareGPT file or plain text, counted with the target's tokenizer.
 
-Only torch (and, for the command, transformers' tokenizer) is imported; no vLLM.
+Imports no vLLM; torch only in ``load``, and transformers' tokenizer in the command.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ import argparse
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Iterable
-
-import torch
+from typing import TYPE_CHECKING, Iterable
 
 from vllm_specdec_plugin.errors import SpecDecConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 # The logit of a token outside the set. Finite, so a row whose grammar or allowed ids
 # admit only tokens outside the set still has a distribution (uniform over them), not
@@ -33,8 +34,10 @@ from vllm_specdec_plugin.errors import SpecDecConfigError
 OUTSIDE = -1.0e20
 
 
-def load(path: str | Path, vocab_size: int) -> torch.Tensor:
+def load(path: str | Path, vocab_size: int) -> "torch.Tensor":
     """The ids of ``path``, sorted, int64 [N]; errors name the fix."""
+    import torch  # here: the start-up checks import this module before torch is needed
+
     p = Path(path).expanduser()
     fix = ("Fix: point draft_vocab at a JSON file of target token ids, e.g. written by "
            "`python -m vllm_specdec_plugin.draft_vocab`, or remove the option.")

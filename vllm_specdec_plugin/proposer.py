@@ -78,7 +78,7 @@ class DraftModelProposer:
                 self.draft_path, mc.hf_config, mc.tokenizer, mc.model, self.max_model_len,
                 self.config.tokenizer_probe)
             self.vocab_size = int(self.draft_hf_config["vocab_size"])
-        # a reduced draft vocabulary (``draft_vocab``), read now so a bad file fails early
+        # a reduced draft vocabulary, read now so that a bad file fails early
         self.draft_vocab = (draft_vocab.load(self.config.draft_vocab, self.vocab_size)
                             if self.uses_model and self.config.draft_vocab else None)
         # the whole step's cost model, fitted from every step (``step_cost``)
