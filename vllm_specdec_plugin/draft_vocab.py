@@ -82,6 +82,18 @@ def ranking(streams: Iterable[list[int]], size: int,
     return keep[:size], (sum(counts[t] for t in keep[:size]) / total if total else 0.0)
 
 
+def write(path: Path, streams: list[list[int]], size: int, always: Iterable[int],
+          **provenance) -> dict:
+    """Rank ``streams`` (``ranking``) and write ``path`` as ``{"ids", "size", "coverage",
+    "tokens_counted", **provenance}``; returns what it wrote."""
+    ids, cover = ranking(streams, size, always)
+    meta = {"ids": ids, "size": len(ids), "coverage": round(cover, 5),
+            "tokens_counted": sum(len(s) for s in streams), **provenance}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(meta), encoding="utf-8")
+    return meta
+
+
 def _texts(path: Path, limit: int) -> list[str]:
     """Every turn of a ShareGPT JSON file (``[{"conversations": [{"value"}]}]``), or a
     plain-text file's lines; at most ``limit`` characters in all."""
@@ -119,14 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     tok = AutoTokenizer.from_pretrained(args.tokenizer)
     texts = _texts(args.corpus, args.max_chars)
     streams = tok(texts, add_special_tokens=False)["input_ids"]
-    ids, cover = ranking(streams, args.size, tok.all_special_ids)
-    meta = {"ids": ids, "size": len(ids), "tokenizer": str(args.tokenizer),
-            "corpus": str(args.corpus), "tokens_counted": sum(len(s) for s in streams),
-            "coverage": round(cover, 5)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(meta), encoding="utf-8")
-    print(f"{args.out}: {len(ids)} ids covering {cover:.4f} of {meta['tokens_counted']} "
-          f"corpus tokens")
+    meta = write(args.out, streams, args.size, tok.all_special_ids,
+                 tokenizer=str(args.tokenizer), corpus=str(args.corpus))
+    print(f"{args.out}: {meta['size']} ids covering {meta['coverage']:.4f} of "
+          f"{meta['tokens_counted']} corpus tokens")
     return 0
 
 

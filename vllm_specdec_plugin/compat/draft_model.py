@@ -20,9 +20,14 @@ How (verified hook map: shared/docs/draft-on-vllm-kernels.md):
     backend's metadata builder (built with the draft config: it looks layers up by
     name there), and ``set_forward_context`` with the draft config and a per-layer
     ``slot_mapping`` dict (without the dict no KV is written, silently).
+  - a reduced draft vocabulary (``draft_vocab``) reads the rows it keeps of the
+    unquantized ``lm_head.weight`` and applies the ``LogitsProcessor``'s soft cap and
+    scale itself, since ``compute_logits`` always multiplies by the whole head.
 Upstream: a "standalone model on caller-owned KV" API (vLLM's V2 speculators move
   towards one), or the ``custom_class`` hook handing proposers a KV-cache group.
-Remove when: vLLM exposes such an API; then DraftKernels becomes a thin adapter.
+Remove when: vLLM exposes such an API; then DraftKernels becomes a thin adapter. The
+  reduced head goes when ``compute_logits`` takes a vocabulary subset (vLLM's EAGLE-3
+  drafts map a smaller head to target ids, ``draft_id_to_target_id``, per model class).
 """
 
 from __future__ import annotations
