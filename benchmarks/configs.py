@@ -105,6 +105,10 @@ TABLE: list[Entry] = [
     Entry("plugin-hybrid-adaptive-vocab", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "draft_vocab": "{draft}/draft_vocab.json"}),
     Entry("plugin-vocab", "plugin", (4,), specdec={"draft_vocab": "{draft}/draft_vocab.json"}),
+    # The n-gram stage without its confidence threshold (ngram_min_prob 0: drafts up
+    # to k whatever the followers' frequencies): what the threshold does, in one run.
+    Entry("plugin-hybrid-adaptive-p0", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "ngram_min_prob": 0.0}),
     # One corpus and one set of acceptance statistics for every request (single
     # tenant): against the default per-salt scope it prices tenant isolation.
     Entry("plugin-hybrid-adaptive-global", "plugin", (8,),

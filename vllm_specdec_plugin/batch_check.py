@@ -1,11 +1,12 @@
 """Whole-step checks: does a verifying step pay its fixed cost σ, and does it slow no
-row by more than ``ROW_SLACK`` (pure Python)?
+row by more than ``ROW_SLACK`` and the slack it saved (pure Python)?
 
 σ falls on all B rows of a verifying step, however few draft, so the step as a whole
 must pay (``speedup.batch_pays``). ``held`` bounds the step before any row is
 planned (``speedup.step_may_pay``); ``pays`` checks the planned rows; ``fair`` cuts
 the planned drafts so that no row's time per token grows by more than ``ROW_SLACK``
-(``speedup.fair_ks``): every request counts, not the batch's mean. Probe steps are
+over its life (``speedup.fair_ks`` with ``row_credit``): every request counts, not
+the batch's mean. Probe steps are
 exempt from all three (the caller passes ``probing``).
 
 estimates: per draft source (α of a request id, cost per draft token in plain
@@ -64,16 +65,21 @@ def pays(plans: list[Any], batch: int, estimates: dict, probing: bool) -> bool:
 
 
 def fair(plans: list[Any], batch: int, estimates: dict, probing: bool,
-         slack: float = ROW_SLACK) -> tuple[list[Any], int]:
+         slack: float = ROW_SLACK, states: list[Any] = ()) -> tuple[list[Any], int]:
     """``plans`` cut (in place: a prefix of each proposal, exact) so that no row of the
-    step, drafting or not, is slowed by more than ``slack`` (``speedup.fair_ks``), and
-    how many plans were cut to no drafts (dropped: a draft-model plan's catch-up waits
-    for a round that drafts). Probe steps keep every draft."""
+    step, drafting or not, is slowed by more than ``slack`` plus the slack it saved
+    (``speedup.fair_ks`` with each RequestState's ``credit``: ``row_credit``; states:
+    the step's rows, planned or not), and how many plans were cut to no drafts
+    (dropped: a draft-model plan's catch-up waits for a round that drafts). Probe
+    steps keep every draft."""
     if not plans or probing:
         return plans, 0
     rows, fixed = _priced(plans, estimates)
     kept = []
-    for p, k in zip(plans, fair_ks(rows, batch, fixed, slack)):
+    planned = {id(p.req) for p in plans}
+    idle = min((s.credit for s in states if id(s) not in planned), default=0.0)
+    credits = [p.req.credit for p in plans]
+    for p, k in zip(plans, fair_ks(rows, batch, fixed, slack, credits, idle)):
         if k <= 0 < p.k:
             continue
         if p.drafts:

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from vllm_specdec_plugin.errors import SpecDecConfigError
-from vllm_specdec_plugin.tuning import K_CEILING, MAX_K, PRIOR_ALPHA, ROW_SLACK, TTFT_SLACK
+from vllm_specdec_plugin.tuning import (K_CEILING, MAX_K, NGRAM_MIN_PROB, PRIOR_ALPHA, ROW_SLACK,
+                                        TTFT_SLACK)
 
 # The draft dtypes the plugin takes, with their bytes per element: the one dtype map.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -75,6 +76,12 @@ class SpecDecConfig:
 
     ngram_window: int = 1024
     """The n-gram stage searches only the last this many tokens of the request."""
+
+    ngram_min_prob: float = NGRAM_MIN_PROB
+    """The n-gram stage drafts each context's most frequent follower, with that
+    frequency as its confidence, and stops a draft before the product of its tokens'
+    confidences would fall below this (as suffix decoding's ``min_token_prob``). 0:
+    draft up to k whatever the confidence."""
 
     ngram_corpus_tokens: int = 65536
     """Methods ngram and hybrid: tokens of finished requests (prompt + output, newest
@@ -186,6 +193,11 @@ class SpecDecConfig:
             raise SpecDecConfigError(
                 f"ngram_window must be an integer > ngram_max_n, got {self.ngram_window!r}. "
                 "Fix: e.g. 1024.")
+        if isinstance(self.ngram_min_prob, bool) or not (
+                isinstance(self.ngram_min_prob, (int, float)) and 0 <= self.ngram_min_prob <= 1):
+            raise SpecDecConfigError(
+                f"ngram_min_prob must be a number in [0, 1], got {self.ngram_min_prob!r}. "
+                f"Fix: e.g. {NGRAM_MIN_PROB} (0 drafts whatever the confidence).")
         if not isinstance(self.ngram_corpus_tokens, int) or not (
                 self.ngram_corpus_tokens == 0 or self.ngram_corpus_tokens > self.ngram_max_n):
             raise SpecDecConfigError(

@@ -8,27 +8,37 @@ continuation).
 Given one request's token history (prompt + generated tokens) it proposes up to ``k``
 draft token ids. Semantics, shared by :class:`NGramIndex` and :func:`propose_reference`:
 
-* Context ``c`` of length ``m``; suffix of length ``n`` is ``c[m-n:m]``, tried for
-  ``n = max_n .. min_n`` (longest match first, even if a shorter one is more recent).
-* A match is a start position ``p`` with ``c[p:p+n] == suffix`` and
-  ``max(0, m - window) <= p <= m - n - 1``: the n-gram starts inside the last ``window``
-  tokens, and its following token ``c[p+n]`` is already known (so the suffix itself never
-  matches). The largest such ``p`` (most recent occurrence) wins; the draft token is
-  ``c[p+n]``.
-* Chaining: the draft token is appended to the (virtual) context, ``m`` grows by one
-  (so the window slides with it), and the lookup repeats. It stops at ``k`` tokens or at
-  the first step with no match for any ``n >= min_n``.
+* History of length ``L``; context ``c`` = history + the drafts so far, length ``m``.
+  The suffix of length ``n`` is ``c[m-n:m]``, tried for ``n = max_n .. min_n`` (longest
+  match first, even if a shorter one is more frequent or more recent).
+* Occurrences of the suffix are the start positions ``p`` with ``c[p:p+n] == suffix``
+  and ``max(0, L - window) <= p <= m - n - 1``: the n-gram starts inside the last
+  ``window`` tokens of the history, and its following token ``c[p+n]`` is known (so
+  the suffix itself never counts; a follower may be an earlier draft).
+* The draft token is the most frequent follower over those occurrences; on a tie in
+  count, the follower of the most recent occurrence if it is among the tied, else the
+  smallest id. Its confidence is its count / the number of occurrences (a
+  frequency estimate, as suffix decoding's tree counts are).
+* Chaining: the draft token is appended to the context and the lookup repeats. It
+  stops at ``k`` tokens, at the first step with no match for any ``n >= min_n``, or
+  before a token that would bring the product of the chain's confidences below
+  ``min_prob`` (``tuning.NGRAM_MIN_PROB``): a run of likely tokens is drafted, an
+  uncertain tail is not (verifying it costs the step more than it returns).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import count, repeat
+from itertools import count
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from vllm_specdec_plugin.tuning import NGRAM_MIN_PROB
+
 __all__ = ["CorpusIndex", "NGramConfig", "NGramIndex", "propose_reference"]
+
+Followers = dict[int, int]  # following token -> occurrences
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +50,9 @@ class NGramConfig:
     min_n: int = 1
     """Shortest suffix n-gram accepted; below it the draft stops."""
     window: int = 1024
-    """Only n-grams starting in the last ``window`` tokens of the context are matched."""
+    """Only n-grams starting in the last ``window`` tokens of the history are matched."""
+    min_prob: float = NGRAM_MIN_PROB
+    """The chain stops before its confidence product would fall below this (0: never)."""
 
     def __post_init__(self) -> None:
         if not (self.max_n >= self.min_n >= 1):
@@ -53,6 +65,12 @@ class NGramConfig:
                 f"ngram window must be > max_n (set window >= {self.max_n + 1} or lower "
                 f"max_n); got window={self.window}, max_n={self.max_n}"
             )
+        _check_prob(self.min_prob)
+
+
+def _check_prob(min_prob: float) -> None:
+    if not 0.0 <= min_prob <= 1.0:
+        raise ValueError(f"ngram min_prob must be in [0, 1]; got {min_prob!r}")
 
 
 def _as_int_list(tokens: Sequence[int] | np.ndarray | Iterable[int]) -> list[int]:
@@ -69,50 +87,100 @@ def _check_k(k: int) -> None:
         raise ValueError(f"ngram k (number of draft tokens) must be >= 0; got k={k}")
 
 
+def choose(followers: Followers, recent: int) -> tuple[int, float]:
+    """(draft token, confidence) from a key's follower counts (all > 0) and the
+    follower of its most recent occurrence (module rule)."""
+    best = max(followers.values())
+    tok = recent if followers.get(recent) == best else \
+        min(t for t, c in followers.items() if c == best)
+    return tok, best / sum(followers.values())
+
+
+def _add(table: dict[tuple[int, ...], Followers], key: tuple[int, ...], tok: int,
+         prev_tok: int | None) -> None:
+    """Count one more occurrence of ``key`` followed by ``tok``. Counts are kept only
+    for n-grams seen at least twice: ``prev_tok`` is the follower of the key's one
+    uncounted occurrence (its last start) when the key has no entry yet, else None
+    (a first occurrence: nothing is stored, the last start stands for it)."""
+    f = table.get(key)
+    if f is not None:
+        f[tok] = f.get(tok, 0) + 1
+    elif prev_tok is not None:
+        table[key] = {tok: 2} if prev_tok == tok else {prev_tok: 1, tok: 1}
+
+
+def _count_out(table: dict[tuple[int, ...], Followers], keys: Iterable[tuple[int, ...]],
+               followers: Iterable[int]) -> None:
+    """One occurrence less of each (key, follower) pair; an n-gram without an entry
+    had one occurrence, which leaves with it."""
+    for key, tok in zip(keys, followers):
+        f = table.get(key)
+        if f is None:
+            continue
+        c = f[tok] - 1
+        if c:
+            f[tok] = c
+        else:
+            del f[tok]
+            if not f:
+                del table[key]
+
+
+def _ngram_keys(toks: list[int], lo: int, hi: int, n: int) -> list[tuple[int, ...]]:
+    """The n-grams starting at ``lo .. hi - 1`` (C-speed zip for a prompt's many)."""
+    if hi - lo > 8:
+        return list(zip(*(toks[lo + i:hi + i] for i in range(n))))
+    return [tuple(toks[s:s + n]) for s in range(lo, hi)]
+
+
 def propose_reference(
     history: Sequence[int] | np.ndarray,
     k: int,
     max_n: int = 4,
     min_n: int = 1,
     window: int = 1024,
+    min_prob: float = NGRAM_MIN_PROB,
 ) -> list[int]:
     """Brute-force O(k * max_n * window * n) scan; the specification NGramIndex must match.
 
     ``history``: 1-D token ids, shape ``[L]``. Returns ``<= k`` draft token ids.
     """
-    NGramConfig(max_n, min_n, window)
+    NGramConfig(max_n, min_n, window, min_prob)
     _check_k(k)
     ctx = _as_int_list(history)
+    lo = max(0, len(ctx) - window)
     draft: list[int] = []
+    conf = 1.0
     while len(draft) < k:
         m = len(ctx)
-        lo = max(0, m - window)
-        nxt = None
+        pick = None
         for n in range(max_n, min_n - 1, -1):
             suffix = ctx[m - n:] if n <= m else None
-            # Scan backwards so the first hit is the most recent occurrence.
-            for p in range(m - n - 1, lo - 1, -1):
-                if ctx[p:p + n] == suffix:
-                    nxt = ctx[p + n]
-                    break
-            if nxt is not None:
+            starts = [p for p in range(lo, m - n) if ctx[p:p + n] == suffix]
+            if starts:
+                followers: Followers = {}
+                for p in starts:
+                    followers[ctx[p + n]] = followers.get(ctx[p + n], 0) + 1
+                pick = choose(followers, ctx[starts[-1] + n])
                 break
-        if nxt is None:
+        if pick is None or conf * pick[1] < min_prob:
             break
-        draft.append(nxt)
-        ctx.append(nxt)
+        conf *= pick[1]
+        draft.append(pick[0])
+        ctx.append(pick[0])
     return draft
 
 
 class NGramIndex:
     """Incremental n-gram index of one request's token history.
 
-    For each ``n`` in ``[min_n, max_n]`` keeps a dict ``n-gram tuple -> last start
-    position p`` among n-grams whose following token is known (``p + n < len``).
-    ``extend`` costs O(max_n) dict updates per token; ``propose`` costs
-    O(k * (max_n - min_n + 1)) dict lookups, independent of history length and window.
-    Stale entries (start before the window) are not deleted: since only the most recent
-    position is kept, ``p < m - window`` means every occurrence is outside the window.
+    For each ``n`` in ``[min_n, max_n]`` keeps two dicts over n-grams whose following
+    token is known: ``n-gram -> last start position`` and ``n-gram -> {follower:
+    count}`` over the starts inside the window (starts that leave it are counted out
+    as the history grows), the latter only for n-grams seen there at least twice (most
+    are seen once: their last start says it, at no cost in memory). ``extend`` costs O(max_n) dict updates per token;
+    ``propose`` O(k * (max_n - min_n + 1)) lookups plus a pass over each matched
+    n-gram's distinct followers, independent of history length and window.
     """
 
     def __init__(
@@ -122,10 +190,11 @@ class NGramIndex:
     ) -> None:
         self.config = config or NGramConfig()
         self._tokens: list[int] = []
-        # _maps[n - min_n] is the dict for n-grams of length n.
-        self._maps: list[dict[tuple[int, ...], int]] = [
-            {} for _ in range(self.config.min_n, self.config.max_n + 1)
-        ]
+        n_sizes = self.config.max_n - self.config.min_n + 1
+        # _maps[n - min_n] / _follow[n - min_n]: the dicts for n-grams of length n.
+        self._maps: list[dict[tuple[int, ...], int]] = [{} for _ in range(n_sizes)]
+        self._follow: list[dict[tuple[int, ...], Followers]] = [{} for _ in range(n_sizes)]
+        self._cut = 0  # starts below this are outside the window (not counted)
         if history is not None:
             self.extend(history)
 
@@ -141,25 +210,30 @@ class NGramIndex:
     def extend(self, tokens: Sequence[int] | np.ndarray | Iterable[int]) -> None:
         """Append accepted tokens (1-D, shape ``[T]``) to the history and index them."""
         toks, new = self._tokens, _as_int_list(tokens)
-        min_n, maps = self.config.min_n, self._maps
-        if len(new) > 8:  # a prompt: build each n's tuples at C speed
-            old = len(toks)
-            toks.extend(new)
-            for n, d in enumerate(maps, start=min_n):
-                # followers new: starts s in [old - n, len - n), s >= 0, in order, so
-                # the most recent occurrence wins
-                lo, hi = max(0, old - n), len(toks) - n
-                if hi > lo:
-                    d.update(zip(zip(*(toks[lo + i:hi + i] for i in range(n))), range(lo, hi)))
+        if not new:
             return
-        for t in new:  # a step's few tokens: zip's set-up would cost more
-            i = len(toks)  # position of t; t is the follower of the n-grams ending at i-1
-            for j, d in enumerate(maps):
-                s = i - (min_n + j)
-                if s < 0:
-                    break  # larger n start even earlier
-                d[tuple(toks[s:i])] = s  # overwrite: the most recent occurrence wins
-            toks.append(t)
+        old = len(toks)
+        toks.extend(new)
+        # Starts below ``cut`` are outside the window: counted out, or never counted in
+        # (a prompt longer than the window). _maps keeps them: a last start before the
+        # window means every start of that n-gram is before it.
+        cut = max(self._cut, len(toks) - self.config.window)
+        for n, d, f in zip(count(self.config.min_n), self._maps, self._follow):
+            # starts [lo, hi) get their follower now; [self._cut, lo) had one before
+            lo, hi = max(0, old - n), len(toks) - n
+            end = min(cut, lo)
+            if end > self._cut:  # first: a start leaving now is no longer "in the window"
+                _count_out(f, _ngram_keys(toks, self._cut, end, n), toks[self._cut + n:end + n])
+            if hi > lo:
+                get = d.get
+                for p, key, tok in zip(range(lo, hi), _ngram_keys(toks, lo, hi, n),
+                                       toks[lo + n:hi + n]):
+                    prev = get(key)
+                    d[key] = p  # in order: the most recent wins
+                    if p >= cut:
+                        _add(f, key, tok, toks[prev + n] if prev is not None and prev >= cut
+                             else None)
+        self._cut = cut
 
     def longest_match(self) -> int:
         """n of the match ``propose`` would start from (0: none): the longest suffix of
@@ -175,40 +249,59 @@ class NGramIndex:
     def propose(self, k: int) -> list[int]:
         """Up to ``k`` chained draft token ids; never mutates the index.
 
-        Virtual (draft) tokens go into a small per-call overlay of n-gram dicts, checked
-        before the real index because any overlay position is more recent.
+        Virtual (draft) tokens go into a small per-call overlay of n-gram dicts (last
+        start, follower counts), read on top of the real index: any overlay position
+        is more recent, and its counts add to the real ones.
         """
         _check_k(k)
-        cfg, toks, maps = self.config, self._tokens, self._maps
+        cfg, toks, maps, follow = self.config, self._tokens, self._maps, self._follow
         min_n, max_n = cfg.min_n, cfg.max_n
         L = len(toks)
+        lo = L - cfg.window
         # Only the last max_n real tokens can take part in a suffix or overlay n-gram.
         offset = max(0, L - max_n)
         ctx = toks[offset:]  # absolute position of ctx[x] is offset + x
-        overlay: list[dict[tuple[int, ...], int]] = [{} for _ in maps]
+        o_last: list[dict[tuple[int, ...], int]] = [{} for _ in maps]
+        o_follow: list[dict[tuple[int, ...], Followers]] = [{} for _ in maps]
         draft: list[int] = []
+        conf = 1.0
         while len(draft) < k:
             m = offset + len(ctx)
-            lo = m - cfg.window
-            nxt = None
+            pick = None
             for n in range(min(max_n, m - 1), min_n - 1, -1):
                 key = tuple(ctx[len(ctx) - n:])
-                p = overlay[n - min_n].get(key)
-                if p is None:
-                    p = maps[n - min_n].get(key)
-                if p is not None and p >= lo:
-                    f = p + n  # position of the following token
-                    nxt = toks[f] if f < L else ctx[f - offset]
+                j = n - min_n
+                real = maps[j].get(key)
+                if real is not None and real < lo:
+                    real = None  # every real start is before the window
+                p = o_last[j].get(key, real)
+                if p is not None:
+                    f = p + n  # position of the most recent occurrence's follower
+                    recent = toks[f] if f < L else ctx[f - offset]
+                    counts = follow[j].get(key)
+                    if counts is None:  # no entry: at most one real occurrence
+                        counts = {} if real is None else {toks[real + n]: 1}
+                    extra = o_follow[j].get(key)
+                    if extra:
+                        counts = {**counts}
+                        for t, c in extra.items():
+                            counts[t] = counts.get(t, 0) + c
+                    pick = choose(counts, recent)
                     break
-            if nxt is None:
+            if pick is None or conf * pick[1] < cfg.min_prob:
                 break
+            conf *= pick[1]
+            nxt = pick[0]
             draft.append(nxt)
             # nxt (at position m) now follows the n-grams ending at m-1.
-            for j, d in enumerate(overlay):
+            for j in range(len(maps)):
                 s = m - (min_n + j)
                 if s < 0:
                     break
-                d[tuple(ctx[s - offset:m - offset])] = s
+                key = tuple(ctx[s - offset:m - offset])
+                o_last[j][key] = s
+                of = o_follow[j].setdefault(key, {})
+                of[nxt] = of.get(nxt, 0) + 1
             ctx.append(nxt)
         return draft
 
@@ -218,23 +311,27 @@ class CorpusIndex:
 
     ``add`` stores one finished request's tokens (prompt + output). ``propose`` takes
     a live request's context and, for ``n = MIN_LONG_N, max_n .. min_n`` (longest
-    first), looks up its last ``n`` tokens; the most recently added occurrence whose
-    following token is known wins, and the draft is the run of tokens that followed
-    it in that sequence (up to ``k``, never past its end). Holds at most
-    ``max_tokens`` tokens: the oldest sequences are evicted first, with their index
-    entries (memory stays bounded).
-    ``add`` costs O(max_n) dict updates per token, ``propose`` O(max_n) lookups (and
-    at most ``MAX_EXTEND`` comparisons).
+    first), looks up its last ``n`` tokens; the draft token is the most frequent
+    follower of that n-gram over the stored sequences (ties: the most recently added
+    occurrence's, else the smallest id), its confidence that frequency, and the chain
+    goes on from the context plus the drafts as :func:`propose_reference` does
+    (``min_prob``). Holds at most ``max_tokens`` tokens: the oldest sequences are
+    evicted first, with their index entries and counts (memory stays bounded).
+    ``add`` costs O(max_n) dict updates per token, ``propose`` O(k * max_n) lookups
+    (and at most ``MAX_EXTEND`` comparisons).
     """
 
     MAX_EXTEND = 64  # tokens: how far back a match's length is measured
     MIN_LONG_N = 16  # tokens: the key length that finds a replay's own earlier position
 
-    def __init__(self, max_tokens: int, max_n: int = 4, min_n: int = 3) -> None:
+    def __init__(self, max_tokens: int, max_n: int = 4, min_n: int = 3,
+                 min_prob: float = NGRAM_MIN_PROB) -> None:
         if not (max_n >= min_n >= 1) or max_tokens <= max_n:
             raise ValueError(f"CorpusIndex needs max_n >= min_n >= 1 and max_tokens > max_n; "
                              f"got max_n={max_n}, min_n={min_n}, max_tokens={max_tokens}")
+        _check_prob(min_prob)
         self.max_tokens, self.max_n, self.min_n = max_tokens, max_n, min_n
+        self.min_prob = min_prob
         self._seqs: dict[int, list[int]] = {}  # id -> tokens, insertion order = age
         self._next_id = 0
         self._total = 0
@@ -245,6 +342,9 @@ class CorpusIndex:
             list(range(max_n, min_n - 1, -1))
         # _maps[i]: n-gram of length _ns[i] -> (sequence id, start), most recent occurrence
         self._maps: list[dict[tuple[int, ...], tuple[int, int]]] = [{} for _ in self._ns]
+        # _follow[i]: n-gram of length _ns[i] -> {follower: occurrences in stored
+        # sequences}, for n-grams stored at least twice (once: the _maps entry says it)
+        self._follow: list[dict[tuple[int, ...], Followers]] = [{} for _ in self._ns]
 
     def __len__(self) -> int:
         """Tokens held."""
@@ -266,44 +366,72 @@ class CorpusIndex:
         sid, self._next_id = self._next_id, self._next_id + 1
         self._seqs[sid] = toks
         self._total += len(toks)
-        for j, n in enumerate(self._ns):
-            # overwrite: the newest sequence wins (and its latest occurrence in it)
-            self._maps[j].update(zip(self._ngrams(toks, n), zip(repeat(sid), count())))
+        seqs = self._seqs
+        for n, d, f in zip(self._ns, self._maps, self._follow):
+            get = d.get
+            for p, key, tok in zip(count(), self._ngrams(toks, n), toks[n:]):
+                prev = get(key)
+                d[key] = (sid, p)  # the newest sequence wins (its latest occurrence)
+                if prev is not None:
+                    _add(f, key, tok, seqs[prev[0]][prev[1] + n])
         while self._total > self.max_tokens:
             self.evict_oldest()
         return len(toks)
 
     def evict_oldest(self) -> None:
-        """Drop the oldest stored sequence and its index entries."""
+        """Drop the oldest stored sequence and its index entries and counts."""
         sid = next(iter(self._seqs))
         toks = self._seqs.pop(sid)
         self._total -= len(toks)
         for j, n in enumerate(self._ns):
-            d = self._maps[j]
+            d, f = self._maps[j], self._follow[j]
+            _count_out(f, self._ngrams(toks, n), toks[n:])
             for key in self._ngrams(toks, n):
                 hit = d.get(key)
                 if hit is not None and hit[0] == sid:  # newer sequences keep their entries
                     del d[key]
 
+    def _lookup(self, ctx: list[int]) -> tuple[int, int, int, tuple[int, ...]] | None:
+        """(key index, sequence id, start, key) of the longest stored suffix of ``ctx``."""
+        m = len(ctx)
+        for j, (n, d) in enumerate(zip(self._ns, self._maps)):
+            if n > m:
+                continue
+            key = tuple(ctx[m - n:])
+            hit = d.get(key)
+            if hit is not None:
+                return j, hit[0], hit[1], key
+        return None
+
     def propose(self, context: Sequence[int], k: int) -> tuple[list[int], int]:
         """(up to ``k`` draft token ids continuing ``context``, the match length);
         ([], 0) without a match of at least ``min_n`` tokens. ``context``: 1-D token
         ids (Python ints). The lookup reads its last ``MIN_LONG_N``; the match length
-        then extends backwards while the matched sequence and the context agree (up to
-        ``MAX_EXTEND`` tokens), so a request replaying an earlier one reports a long
-        match where a common phrase reports a short one."""
+        then extends backwards from the first lookup's most recent occurrence while that
+        sequence and the context agree (up to ``MAX_EXTEND`` tokens), so a request
+        replaying an earlier one reports a long match where a common phrase reports a
+        short one."""
         _check_k(k)
         m = len(context)
         ctx = list(context[m - min(m, self._ns[0]):])
-        for n, d in zip(self._ns, self._maps):
-            if n > m:
-                continue
-            hit = d.get(tuple(ctx[len(ctx) - n:]))
-            if hit is not None:
-                sid, s = hit
-                seq = self._seqs[sid]
-                j, limit = n, min(m, s + n, self.MAX_EXTEND)
-                while j < limit and seq[s + n - j - 1] == context[m - j - 1]:
-                    j += 1
-                return seq[s + n:s + n + k], j
-        return [], 0
+        first = self._lookup(ctx)
+        if first is None:
+            return [], 0
+        j, sid, s, _ = first
+        n, seq = self._ns[j], self._seqs[sid]
+        length, limit = n, min(m, s + n, self.MAX_EXTEND)
+        while length < limit and seq[s + n - length - 1] == context[m - length - 1]:
+            length += 1
+        draft: list[int] = []
+        conf, hit = 1.0, first
+        while len(draft) < k and hit is not None:
+            j, sid, s, key = hit
+            recent = self._seqs[sid][s + self._ns[j]]
+            tok, p = choose(self._follow[j].get(key) or {recent: 1}, recent)
+            if conf * p < self.min_prob:
+                break
+            conf *= p
+            draft.append(tok)
+            ctx.append(tok)
+            hit = self._lookup(ctx[-self._ns[0]:])
+        return draft, length

@@ -81,7 +81,8 @@ class Planner:
         if self.uses_ngram and config.ngram_corpus_tokens and config.ngram_corpus_scope != "off":
             size, n = config.ngram_corpus_tokens, config.ngram_max_n
             min_n = min(config.ngram_corpus_min_n, n)
-            self.corpus = ScopedCorpus(size, lambda: CorpusIndex(size, n, min_n))
+            self.corpus = ScopedCorpus(size, lambda: CorpusIndex(size, n, min_n,
+                                                                 config.ngram_min_prob))
 
     def plan(self, row: int, req_id: str, req: RequestState, length: int,
              committed_row: np.ndarray, choices: Choices,
@@ -245,7 +246,8 @@ class Planner:
         with the bucket of the match they came from."""
         if req.ngram is None:
             c = self.config
-            req.ngram = NGramIndex(NGramConfig(c.ngram_max_n, c.ngram_min_n, c.ngram_window))
+            req.ngram = NGramIndex(NGramConfig(c.ngram_max_n, c.ngram_min_n, c.ngram_window,
+                                               c.ngram_min_prob))
         if len(req.ngram) < length:
             req.ngram.extend(committed_row[len(req.ngram):length])
         own_n = req.ngram.longest_match()

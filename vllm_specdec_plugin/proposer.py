@@ -110,7 +110,7 @@ class DraftModelProposer:
         self.metrics = ProposerMetrics(str(getattr(mc, "served_model_name", None) or mc.model))
         self.rounds = DraftBatch(self.config.draft_sampling, self.grammars, self.vocab_size,
                                  self.stats, self.metrics, self.step_cost)
-        self.steps = StepRecorder(self.step_cost, self.metrics)
+        self.steps = StepRecorder(self.step_cost, self.metrics, self.config.row_slack)
         self.shadows = ShadowBook(self.controllers["ngram"], self.match_alpha,
                                   self.planner.shadow_drafts, self.stats, self.metrics) \
             if self.match_alpha is not None else None
@@ -139,8 +139,10 @@ class DraftModelProposer:
         self.ready = True
         log_vocab_buffers(self.vllm_config, self.k, self.vocab_size, self.uses_model)
         if not self.uses_model:
-            logger.info("specdec: n-gram drafting (max_n %d, min_n %d, window %d); no draft model",
-                        self.config.ngram_max_n, self.config.ngram_min_n, self.config.ngram_window)
+            c = self.config
+            logger.info("specdec: n-gram drafting (max_n %d, min_n %d, window %d, min_prob %g); "
+                        "no draft model", c.ngram_max_n, c.ngram_min_n, c.ngram_window,
+                        c.ngram_min_prob)
             return
         self.kernels, self.allocator = load_draft(
             self.vllm_config, self.config, self.draft_path, self.draft_hf_config, self.dtype,
@@ -261,8 +263,9 @@ class DraftModelProposer:
                     for _ in plans:
                         self._no_draft("adaptive")
                     plans = []
-                plans, cut = batch_check.fair(plans, batch, estimates, probing,
-                                              self.config.row_slack)
+                plans, cut = batch_check.fair(
+                    plans, batch, estimates, probing, self.config.row_slack,
+                    [self.requests[req_ids[r]] for r in rows])
                 for _ in range(cut):
                     self._no_draft("slows_others")
         model_plans: list[Plan] = []

@@ -157,25 +157,32 @@ def _threshold(batch_size: int, fixed: float, min_gain: float) -> float:
 
 
 def fair_ks(rows: list[tuple[float, int, float]], batch_size: int, fixed: float,
-            slack: float) -> list[int]:
-    """Drafts each row keeps so that no row of the step is slowed by more than ``slack``.
+            slack: float, credits: list[float] | None = None,
+            idle_credit: float = 0.0) -> list[int]:
+    """Drafts each row keeps so that no row's time per token exceeds its bound.
 
-    rows: per drafting row (α, k, cost per draft token in plain steps); batch_size: B,
-    all rows of the step (B - len(rows) of them draft nothing); fixed: σ(B). A row's
-    time per token is F / E[N_i], F = 1 + σ + Σ k_j·cost_j / B the step's time in plain
-    steps, and must stay <= 1 + slack. Kept as proposed when every row drafts and that
-    holds; otherwise a row without drafts (E[N] = 1) is the bound: F <= 1 + slack,
-    spent on the draft positions with the most expected tokens per cost (position j
-    of a row is worth α^j), and none when σ alone exceeds it. Cutting is exact (the
-    target verifies a prefix of each proposal)."""
+    rows: per planned row (α, k, cost per draft token in plain steps); batch_size: B,
+    all rows of the step (B - len(rows) of them draft nothing); fixed: σ(B); credits:
+    per planned row, slack it saved (``row_credit``; 0 without); idle_credit: the
+    least credit of the rows that draft nothing. F = 1 + σ + Σ k_j·cost_j / B is the
+    step's time in plain steps; row r may take F <= (1 + slack)·E[N_r] + credit_r.
+    Kept as proposed when every row's bound holds; otherwise each row is bounded as if
+    it gained nothing (E[N] = 1): F <= 1 + slack + the least credit, spent on the draft
+    positions with the most expected tokens per cost (position j of a row is worth
+    α^j), none when σ alone exceeds it. Cutting is exact (the target verifies a
+    prefix of each proposal)."""
     ks = [k for _, k, _ in rows]
     if not rows or sum(ks) == 0:
         return ks
+    credits = credits if credits is not None else [0.0] * len(rows)
+    idle = len(rows) < batch_size
     step = 1.0 + fixed + sum(k * c for _, k, c in rows) / batch_size
-    if len(rows) == batch_size and all(k > 0 for k in ks) and \
-            step <= (1.0 + slack) * min(expected_tokens(a, k) for a, k, _ in rows):
+    if (not idle or step <= 1.0 + slack + idle_credit) and all(
+            step <= (1.0 + slack) * expected_tokens(a, k) + cr
+            for (a, k, _), cr in zip(rows, credits)):
         return ks
-    return best_positions(rows, (slack - fixed) * batch_size)  # Σ k_j·cost_j allowed
+    least = min(credits + [idle_credit] if idle else credits)
+    return best_positions(rows, (slack + least - fixed) * batch_size)  # Σ k_j·cost_j allowed
 
 
 def best_positions(rows: list[tuple[float, int, float]], budget: float) -> list[int]:

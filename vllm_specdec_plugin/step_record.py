@@ -10,7 +10,8 @@ ends it (``end``). Its tokens split in two:
   ``SchedulerOutput``).
 
 Every step goes to ``StepCost.observe_target_step`` (less the exact sampler's
-seconds, priced apart as σ). When the scheduled counts are unknown, a step with a
+seconds, priced apart as σ), and each decode step without prefill to its rows'
+credit (``row_credit``). When the scheduled counts are unknown, a step with a
 prefill row is not recorded. The ``verify``/``plain`` step histogram and σ take
 only steps without prefill: a prefill step's time says nothing about decoding, and
 its last chunk's rows also sample on the exact path.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
+from vllm_specdec_plugin.row_credit import settle
 from vllm_specdec_plugin.step_cost import StepCost
 
 
@@ -56,9 +58,10 @@ def split_tokens(sampled_token_ids: list[list[int]], req_ids: list[str],
 class StepRecorder:
     """The step timer: ``begin`` at the scheduler output, ``end`` in propose()."""
 
-    def __init__(self, cost: StepCost, metrics: Any) -> None:
+    def __init__(self, cost: StepCost, metrics: Any, slack: float) -> None:
         self.cost = cost
         self.metrics = metrics  # ProposerMetrics
+        self.slack = slack  # row_slack, for the rows' credit (row_credit)
         self._t0: float | None = None  # when the current engine step began
         self._scheduled: Mapping[str, int] | None = None
 
@@ -85,6 +88,11 @@ class StepRecorder:
             self.cost.observe_target_step(seconds - exact_s, n, m)
         if m:
             return
+        rows = sum(1 for s in sampled_token_ids if s)
+        plain, whole = self.cost.step_time(rows), self.cost.step_time(n)
+        if plain and whole:  # F: the step in plain steps at its batch, as fair_ks predicts
+            step = whole / plain + (self.cost.fixed_cost(rows) if verify else 0.0)
+            settle(sampled_token_ids, req_ids, requests, step, self.slack)
         emitted = sum(len(s) for s in sampled_token_ids)
         self.metrics.target_step("verify" if verify else "plain", seconds, emitted)
         if verify:

@@ -37,6 +37,15 @@ MIN_DET = 1e-4  # numerical: relative determinant below which two regressors can
 # -- n-gram pricing and shadows (match_pricing.py, shadow.py) -----------------------
 MATCH_PRIOR_WEIGHT = 4.0  # not measured: a match bucket's prior counts as 4 trials (as PRIOR_WEIGHT)
 MATCH_DECAY = 0.98  # not measured: ~50 rounds per bucket; buckets see many requests, so a longer window
+# The n-gram chain's confidence threshold (ngram.py, ngram_min_prob). Set 2026-11-27 by
+# replaying the plugin's n-gram drafting on 320 recorded smol-target greedy answers to
+# held-out ShareGPT prompts (results/2026-11-27-ngram-confidence-replay/): tokens per
+# verify cost is flat between 0.2 and 0.5 at c' = 0.02 and rises with the threshold at
+# c' >= 0.05 (k 8: 1.465 at 0, 1.485 at 0.1, 1.519 at 0.3, 1.525 at 0.5). 0.3 is within
+# 1.5 % of the best threshold at c' <= 0.05 for k 4, 8 and 16 (a CPU at c = 1: a verify
+# token costs ~0.04 of a step); at c' 0.1-0.4 (a busy batch) 0.5 does 1-8 % better, where
+# the adaptive controller's k shortens the chain anyway. Not served at 0.3 before it was set.
+NGRAM_MIN_PROB = 0.3
 MATCH_ALPHA_MIN = 1e-3  # numerical: log-odds of α stay finite
 SHADOW_K = 8  # not measured: drafts per shadow proposal, decided within 8 committed tokens
 SHADOW_ROWS = 4  # not measured: new shadow proposals per step (CPU: one n-gram lookup each)
@@ -50,6 +59,11 @@ SHADOW_ROWS = 4  # not measured: new shadow proposals per step (CPU: one n-gram 
 # 1.39x and throughput 1.09x vs 1.06x; c = 1 2.21x vs 2.29x and c = 4 1.36x vs 1.48x,
 # within the repetitions' ranges. Other values not measured.
 ROW_SLACK = 0.05
+# The most slack a request may save up or owe (row_credit.py), in plain steps: a step
+# may slow a row by at most 1 + row_slack + this, and the bound holds over the
+# ~CREDIT_MAX / row_slack = 20 steps a row needs to save it (well within a 128-token
+# answer's TPOT). Not measured.
+CREDIT_MAX = 1.0
 # The default of ``ttft_slack``: verify tokens may lengthen a step that carries a prefill by
 # 5 % of its time (the TTFT target is 1.10x no speculation; drafting, the deferred-draft
 # RPC and queueing behind a longer step take the rest). Measured against 0 (no drafts

@@ -343,6 +343,53 @@ def test_no_row_is_slowed_by_more_than_the_slack():
         assert step <= (1 + slack) * min(gains) + 1e-9
 
 
+def test_saved_slack_lets_a_row_be_slowed_more_and_debt_less():
+    """fair_ks with row_credit's credits: row r may take F <= (1 + slack)·E[N_r] +
+    credit_r; a row without drafts bounds the step at 1 + slack + its credit."""
+    row = (0.9, 3, 0.8)  # 16 rows, one drafts: F = 1 + 2.4 / 16 = 1.15 with all 3
+    assert fair_ks([row], 16, 0.0, 0.05, [0.0], 0.15) == [3]  # idle rows saved 0.15
+    assert fair_ks([row], 16, 0.0, 0.05, [0.5], 0.05) == [2]  # 0.1·16 = 1.6: 2 fit
+    assert fair_ks([row], 16, 0.0, 0.05, [0.0], 0.05) == [1]  # the row itself: as before
+    assert fair_ks([row], 16, 0.0, 0.05, [0.5], -0.05) == [0]  # an idle row owes: none
+    rng = random.Random(4)
+    for _ in range(500):
+        batch, fixed, slack = rng.randint(1, 32), rng.random() * 0.1, rng.random() * 0.2
+        rows = [(rng.random(), rng.randint(0, 8), rng.random()) for _ in range(rng.randint(1, batch))]
+        credits = [rng.uniform(-1, 1) for _ in rows]
+        idle = rng.uniform(-1, 1)
+        ks = fair_ks(rows, batch, fixed, slack, credits, idle)
+        assert all(0 <= k <= r[1] for k, r in zip(ks, rows))
+        if not any(ks):
+            continue
+        step = 1 + fixed + sum(k * c for k, (_, _, c) in zip(ks, rows)) / batch
+        bounds = [(1 + slack) * expected_tokens(a, k) + cr
+                  for k, (a, _, _), cr in zip(ks, rows, credits)]
+        if len(rows) < batch:
+            bounds.append(1 + slack + idle)  # a row that drafts nothing
+        assert step <= min(bounds) + 1e-9
+
+
+def test_row_credit_books_each_decode_step():
+    from types import SimpleNamespace
+
+    from vllm_specdec_plugin.row_credit import settle
+    from vllm_specdec_plugin.tuning import CREDIT_MAX
+
+    reqs = {r: SimpleNamespace(credit=0.0) for r in "abc"}
+    settle([[1], [1], []], ["a", "b", "c"], reqs, 1.0, 0.05)  # a plain step: + slack
+    assert reqs["a"].credit == reqs["b"].credit == pytest.approx(0.05)
+    assert reqs["c"].credit == 0.0  # took no part (prefilling)
+    settle([[1, 2], [1], []], ["a", "b", "c"], reqs, 1.3, 0.05)  # a gained a token
+    assert reqs["a"].credit == pytest.approx(0.05 + 2.1 - 1.3)
+    assert reqs["b"].credit == pytest.approx(0.05 + 1.05 - 1.3)  # slowed beside: owes
+    for _ in range(100):
+        settle([[1]], ["a"], reqs, 1.0, 0.05)
+    assert reqs["a"].credit == CREDIT_MAX
+    settle([[1]], ["b"], reqs, 9.0, 0.05)
+    assert reqs["b"].credit == -CREDIT_MAX
+    settle([[1]], ["gone"], reqs, 1.0, 0.05)  # unknown requests are skipped
+
+
 def test_fair_cuts_plans_to_a_prefix_and_counts_the_rows_left_without_drafts():
     """batch_check.fair on planned rows: n-gram drafts keep a prefix, a draft-model
     plan a smaller k, a plan cut to nothing is dropped and counted; probe steps and a
@@ -351,10 +398,13 @@ def test_fair_cuts_plans_to_a_prefix_and_counts_the_rows_left_without_drafts():
 
     from vllm_specdec_plugin import batch_check
 
-    def plans():
-        return [SimpleNamespace(req_id="ng", k=3, drafts=[7, 8, 9], alpha=0.95),
-                SimpleNamespace(req_id="dm", k=4, drafts=[], alpha=None),
-                SimpleNamespace(req_id="lo", k=2, drafts=[5, 6], alpha=0.2)]
+    def plans(credit=0.0):
+        return [SimpleNamespace(req_id="ng", k=3, drafts=[7, 8, 9], alpha=0.95,
+                                req=SimpleNamespace(credit=credit)),
+                SimpleNamespace(req_id="dm", k=4, drafts=[], alpha=None,
+                                req=SimpleNamespace(credit=credit)),
+                SimpleNamespace(req_id="lo", k=2, drafts=[5, 6], alpha=0.2,
+                                req=SimpleNamespace(credit=credit))]
 
     # 16 rows (13 without drafts); a draft token costs 0.2 plain steps / 16 rows
     est = {"ngram": (lambda rid, m=None: 0.5, 0.2, 0.0), "draft": (lambda rid: 0.7, 0.2, 0.0)}
@@ -366,6 +416,15 @@ def test_fair_cuts_plans_to_a_prefix_and_counts_the_rows_left_without_drafts():
     assert [p.k for p in kept] == [3, 4, 2] and cut == 0
     kept, cut = batch_check.fair(plans(), 16, est, probing=False, slack=1000.0)
     assert [p.k for p in kept] == [3, 4, 2] and cut == 0
+    # credit: every row saved 0.05 plain steps (the 13 idle ones too): 8 positions fit
+    ps = plans(0.05)
+    idle = [SimpleNamespace(credit=0.05) for _ in range(13)]
+    kept, cut = batch_check.fair(ps, 16, est, probing=False, slack=0.05,
+                                 states=[p.req for p in ps] + idle)
+    assert [p.k for p in kept] == [3, 4, 1] and cut == 0
+    idle[0].credit = -0.05  # one idle row owes what the others saved: nothing fits
+    kept, cut = batch_check.fair(plans(0.05), 16, est, probing=False, slack=0.05, states=idle)
+    assert kept == [] and cut == 3
     assert batch_check.fair([], 4, est, probing=False) == ([], 0)
 
 

@@ -15,12 +15,13 @@ from vllm_specdec_plugin.ngram import CorpusIndex, NGramConfig, NGramIndex, prop
 pytestmark = pytest.mark.unit
 
 
-def both(history, k, max_n=4, min_n=1, window=1024):
-    """Propose with the index and the reference; they must agree. Returns the draft."""
-    idx = NGramIndex(NGramConfig(max_n, min_n, window), history)
+def both(history, k, max_n=4, min_n=1, window=1024, min_prob=0.0):
+    """Propose with the index and the reference; they must agree. Returns the draft.
+    min_prob 0 by default: the selection rules alone (truncation has its own tests)."""
+    idx = NGramIndex(NGramConfig(max_n, min_n, window, min_prob), history)
     got = idx.propose(k)
-    ref = propose_reference(history, k, max_n, min_n, window)
-    assert got == ref, (history, k, max_n, min_n, window)
+    ref = propose_reference(history, k, max_n, min_n, window, min_prob)
+    assert got == ref, (history, k, max_n, min_n, window, min_prob)
     return got
 
 
@@ -33,9 +34,41 @@ def test_repetitive_text_chains_through_virtual_tokens():
     assert both([5, 6, 5, 6], 6) == [5, 6, 5, 6, 5, 6]
 
 
-def test_most_recent_occurrence_wins():
-    # "7 8" was followed by 1 and later by 2; the later one wins.
+def test_most_recent_occurrence_wins_a_tie():
+    # "7 8" was followed by 1 and later by 2, once each; the later one wins.
     assert both([7, 8, 1, 7, 8, 2, 7, 8], 1) == [2]
+    # "8" -> 5, 5, 3, 3, 9: the most recent follower (9) is not among the tied: the
+    # smallest id of those.
+    assert both([8, 5, 8, 5, 8, 3, 8, 3, 8, 9, 8], 1, max_n=1) == [3]
+
+
+def test_most_frequent_follower_wins():
+    # "7 8" was followed by 1 twice, by 2 once (most recently): 1 wins.
+    assert both([7, 8, 1, 7, 8, 1, 7, 8, 2, 7, 8], 1) == [1]
+    # ... but a longer match still comes first, however rare: [3, 7, 8] -> 2.
+    assert both([7, 8, 1, 7, 8, 1, 3, 7, 8, 2, 3, 7, 8], 1, max_n=3) == [2]
+
+
+def test_chain_stops_before_an_uncertain_token():
+    # "1" was followed by 2, 3 and 4 once each (1/3, the most recent: 4); "4" by 0
+    # surely; "0" by 1 twice and 9 once (2/3). The chain's product: 1/3, 1/3, 2/9.
+    hist = [1, 2, 0, 1, 3, 0, 1, 4, 0, 9, 1]
+    assert both(hist, 3, max_n=1) == [4, 0, 1]
+    assert both(hist, 3, max_n=1, min_prob=0.2) == [4, 0, 1]
+    assert both(hist, 3, max_n=1, min_prob=0.3) == [4, 0]
+    assert both(hist, 3, max_n=1, min_prob=0.34) == []
+    assert NGramIndex(history=hist).propose(3) == propose_reference(hist, 3)  # the default
+
+
+def test_counts_follow_the_window_and_the_drafts():
+    # Old occurrences of "1 -> 2" leave the window; the newer "1 -> 3" then wins.
+    hist = [1, 2, 1, 2, 1, 2] + [0] * 6 + [1, 3, 0, 1]
+    assert both(hist, 1, max_n=1) == [2]
+    assert both(hist, 1, max_n=1, window=9) == [3]
+    idx = NGramIndex(NGramConfig(1, 1, 9, 0.0))
+    for t in hist:   # token by token: counted out as the window moves
+        idx.extend([t])
+    assert idx.propose(1) == [3] and (1,) not in idx._follow[0]  # once in the window
 
 
 def test_longer_match_beats_more_recent_shorter():
@@ -57,7 +90,7 @@ def test_no_match_and_min_n():
 
 def test_chain_fills_k_once_started():
     # Once step 0 matches n-gram g at p, the next suffix (ending in the draft token)
-    # occurs at p+1 with a known follower and inside the (sliding) window, so a chain
+    # occurs at p+1 with a known follower, so without truncation (min_prob 0) a chain
     # that starts never breaks: the draft is [] or exactly k tokens.
     assert both([1, 2, 3, 9, 1, 2], 8) == [3, 9, 1, 2, 3, 9, 1, 2]
     assert both([4, 1, 2, 5, 1, 2], 3, min_n=2) == [5, 1, 2]
@@ -86,6 +119,8 @@ def test_config_validation_names_the_fix():
         NGramConfig(max_n=2, min_n=0)
     with pytest.raises(ValueError, match="window must be > max_n"):
         NGramConfig(max_n=4, window=4)
+    with pytest.raises(ValueError, match="min_prob"):
+        NGramConfig(min_prob=1.5)
     NGramConfig(max_n=4, min_n=4, window=5)
 
 
@@ -118,17 +153,18 @@ def test_index_equals_reference_randomized():
         min_n = rng.randint(1, 3)
         max_n = rng.randint(min_n, 5)
         window = rng.randint(max_n + 1, 40)
+        min_prob = rng.choice([0.0, 0.0, 0.1, 0.3, 0.6])
         length = rng.randint(0, 80)  # often longer than the window
         hist = [rng.randrange(vocab) for _ in range(length)]
-        cfg = NGramConfig(max_n, min_n, window)
+        cfg = NGramConfig(max_n, min_n, window, min_prob)
         idx = NGramIndex(cfg)
         pos = 0
         while True:  # incremental extend in random chunk sizes, checked after each
             k = rng.randint(0, 8)
             got = idx.propose(k)
-            assert got == propose_reference(hist[:pos], k, max_n, min_n, window), (
-                hist[:pos], k, max_n, min_n, window)
-            assert len(got) in (0, k)
+            assert got == propose_reference(hist[:pos], k, max_n, min_n, window, min_prob), (
+                hist[:pos], k, max_n, min_n, window, min_prob)
+            assert len(got) in (0, k) or min_prob > 0
             cases += 1
             if pos >= length:
                 break
@@ -169,7 +205,7 @@ def test_longest_match_is_the_n_propose_starts_from(seed):
     rng = random.Random(seed)
     for _ in range(200):
         hist = [rng.randrange(4) for _ in range(rng.randrange(1, 40))]
-        cfg = NGramConfig(4, 1, rng.choice([5, 8, 1024]))
+        cfg = NGramConfig(4, 1, rng.choice([5, 8, 1024]), 0.0)  # min_prob 0: a match drafts
         n = NGramIndex(cfg, hist).longest_match()
         # brute force: the longest suffix (<= max_n) with an earlier start in the window
         m, want = len(hist), 0
@@ -230,6 +266,19 @@ def test_corpus_newest_sequence_wins_and_eviction_keeps_it_bounded():
     assert len(c) == 12
 
 
+def test_corpus_most_frequent_follower_and_truncation():
+    c = CorpusIndex(max_tokens=100, max_n=3, min_n=2, min_prob=0.0)
+    for tail in ([10, 11], [10, 11], [20, 21]):
+        c.add([1, 2, 3] + tail)
+    assert c.propose([1, 2, 3], 2) == ([10, 11], 3)  # 2 of 3 sequences, newest had 20
+    c = CorpusIndex(max_tokens=100, max_n=3, min_n=2, min_prob=0.5)
+    for tail in ([10, 11], [20, 21], [30, 31]):
+        c.add([1, 2, 3] + tail)
+    assert c.propose([1, 2, 3], 2) == ([], 3)  # 1/3 each: below 0.5, nothing drafted
+    c.min_prob = 0.3
+    assert c.propose([1, 2, 3], 2) == ([30, 31], 3)  # a tie: the newest; then certain
+
+
 def test_corpus_memory_stays_bounded_under_traffic():
     rng = random.Random(0)
     c = CorpusIndex(max_tokens=500, max_n=4, min_n=3)
@@ -239,6 +288,17 @@ def test_corpus_memory_stays_bounded_under_traffic():
     entries = sum(len(m) for m in c._maps)
     assert entries <= 3 * 500  # at most one entry per (key length, position) held
     assert all(sid in c._seqs for m in c._maps for sid, _ in m.values())
+    # the follower counts are those of the sequences held, nothing left by evictions
+    # (kept for n-grams held twice or more; once, the last-start entry says it)
+    for j, n in enumerate(c._ns):
+        want = {}
+        for toks in c._seqs.values():
+            for p in range(len(toks) - n):
+                f = want.setdefault(tuple(toks[p:p + n]), {})
+                f[toks[p + n]] = f.get(toks[p + n], 0) + 1
+        assert set(c._maps[j]) == set(want)
+        assert all(want[key] == f for key, f in c._follow[j].items())
+        assert all(key in c._follow[j] for key, f in want.items() if sum(f.values()) > 1)
 
 
 def test_corpus_validation():

@@ -26,10 +26,10 @@ def _drafts(planner: Planner, context: list[int], k: int) -> list[int]:
     return planner._ngram_drafts(RequestState(scope=UNSALTED), row, len(context), k)[0]
 
 
-def test_a_replay_of_periodic_output_drafts_its_own_history_run_past_the_corpus_end():
+def test_a_replay_of_periodic_output_drafts_the_period_past_the_corpus_end():
     """A finished request's output repeats with period 5, so the newest corpus occurrence
-    of the replay's context is at the end of that sequence: 1 token left. The replay's
-    own history proposes the same token and then more of the period: that run is taken."""
+    of the replay's context is at the end of that sequence: 1 token left after it. The
+    corpus chain looks up again from the drafts and continues the period."""
     prompt = list(range(100, 140))
     period = [7, 8, 9, 10, 11]
     finished = prompt + period * 12
@@ -37,8 +37,21 @@ def test_a_replay_of_periodic_output_drafts_its_own_history_run_past_the_corpus_
     planner.corpus.add(UNSALTED, finished)
     replay = prompt + period * 6 + period[:4]     # mid-output, aligned with the period
     corpus_drafts, n = planner.corpus.get(UNSALTED).propose(replay, 8)
-    assert len(corpus_drafts) < 8 and n > 4       # the corpus match is long but short of tokens
+    assert corpus_drafts == (period * 3)[4:12] and n > 4
     assert _drafts(planner, replay, 8) == (period * 3)[4:12]
+
+
+def test_the_own_history_run_extends_a_corpus_chain_that_stops_short():
+    """The corpus chain stops where no stored n-gram follows (its sequence ends); the
+    replay's own history proposes the same token and more: that run is taken."""
+    prompt = list(range(100, 140))
+    finished = prompt + [7, 8, 9]
+    planner = _planner(k=6)
+    planner.corpus.add(UNSALTED, finished)
+    replay = prompt + [7, 8] + prompt[-6:] + [7, 8]  # own history: 7, 8 -> 9 -> ... again
+    corpus_drafts, n = planner.corpus.get(UNSALTED).propose(replay, 6)
+    own = planner._ngram_drafts(RequestState(scope=UNSALTED), np.asarray(replay), len(replay), 6)
+    assert corpus_drafts == [9] and own[0][:1] == [9]
 
 
 def test_the_corpus_run_wins_where_own_history_disagrees_or_offers_no_more():

@@ -1,0 +1,43 @@
+"""Target greedy answers to held-out ShareGPT prompts, for the n-gram replay (sim.py).
+
+    VLLM_PLUGINS="" python experiments/ngram_confidence/gen.py --n 320 --out DIR/answers.jsonl
+
+The smol target through vLLM's offline engine (no speculation), greedy, 128 tokens,
+chat template; prompts from ``workloads.sharegpt_pool`` with a seed other than the
+serving benchmark's. Writes one JSON line per prompt: prompt ids, output ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from benchmarks.workloads import sharegpt_pool
+from specdec_fixtures.layout import pair_dir
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=320)
+    ap.add_argument("--seed", type=int, default=12345)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    from vllm import LLM, SamplingParams
+
+    target = str(pair_dir("smol") / "target")
+    pool = sharegpt_pool(target, 128, 2048, args.seed)[: args.n]
+    llm = LLM(target, dtype="bfloat16", max_model_len=2048, seed=0, enforce_eager=False)
+    tok = llm.get_tokenizer()
+    msgs = [[{"role": "user", "content": c["conversations"][0]["value"]}] for c in pool]
+    outs = llm.chat(msgs, SamplingParams(temperature=0.0, max_tokens=128, ignore_eos=False))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w") as f:
+        for o in outs:
+            f.write(json.dumps({"prompt": list(o.prompt_token_ids),
+                                "output": list(o.outputs[0].token_ids)}) + "\n")
+    print(f"wrote {len(outs)} answers to {args.out} ({tok.name_or_path})")
+
+
+if __name__ == "__main__":
+    main()
