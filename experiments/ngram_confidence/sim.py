@@ -8,7 +8,8 @@ as ``ngram_corpus_scope: global``), rounds go as the plugin's would with k draft
 always verified: drafts as ``planning._ngram_drafts`` picks them (the request's own
 history or the corpus, whichever matches the longer context), the accepted prefix is
 the one the recorded greedy answer agrees with, then one more token. Variants: the
-index before this change (most recent occurrence, no threshold: ``ngram_recency.py``)
+index before this change (most recent occurrence, no threshold: ``ngram.py`` at ``BEFORE``,
+read with git)
 and the current one at each ``--probs`` threshold. Reported per variant: drafted and
 accepted tokens per round, accepted per drafted token, and tokens per step-cost
 sum(1 + accepted) / sum(1 + c' * drafted) for a draft token's verify cost c' (a
@@ -19,13 +20,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
+import types
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-import ngram_recency as old  # noqa: E402
+from vllm_specdec_plugin import ngram as new
 
-from vllm_specdec_plugin import ngram as new  # noqa: E402
+BEFORE = "673da04"  # the last commit whose ngram.py drafted the most recent occurrence's follower
+
+
+def module_at(commit: str, path: str, name: str):
+    """Import ``path`` as it was at ``commit`` (git show), without a copy in the tree."""
+    src = subprocess.run(["git", "show", f"{commit}:{path}"], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2]).stdout
+    mod = types.ModuleType(name)
+    sys.modules[name] = mod  # dataclasses look their module up while the class is built
+    exec(compile(src, f"{commit}:{path}", "exec"), mod.__dict__)
+    return mod
 
 
 def drafts_for(mod, own, corpus, k: int) -> list[int]:
@@ -76,6 +88,7 @@ def main() -> None:
     ap.add_argument("--probs", default="0,0.05,0.1,0.15,0.2,0.3,0.5")
     args = ap.parse_args()
     rows = [json.loads(line) for line in args.answers.read_text().splitlines()]
+    old = module_at(BEFORE, "vllm_specdec_plugin/ngram.py", "ngram_before")
     out = {"answers": len(rows), "k": args.k,
            "before (most recent, no threshold)": replay(rows, old, args.k, None)}
     for p in [float(x) for x in args.probs.split(",")]:
