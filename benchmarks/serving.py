@@ -131,7 +131,8 @@ def run(args: argparse.Namespace) -> dict:
                     cell = bench(s, workload, load, n, args, data, out / "last.json", target,
                                  varied=bool(args.output_spread))
                     cpu1, spec1 = s.cpu_seconds(), s.spec_counters()   # scrape not counted
-                    delta = {k: round(spec1[k] - spec0[k], 6) for k in spec0}
+                    delta = {k: round(spec1.get(k, 0.0) - spec0.get(k, 0.0), 6)
+                             for k in {**spec0, **spec1}}
                     cell["first_token"] = {k: delta.pop(k) for k in LATENCY_SERIES.values()}
                     cell["spec"] = delta
                     # where the server's CPU went (API, EngineCore, worker), per cell

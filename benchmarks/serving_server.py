@@ -47,6 +47,8 @@ SHADOW_SERIES = "specdec_shadow_draft_tokens_total"
 # The plugin's step plan (label outcome="kept"|"cut"): "plan_<outcome>", draft tokens of
 # steps that carried a prompt, verified or cut before verification.
 PLAN_SERIES = "specdec_step_plan_verify_tokens_total"
+# the plugin's request rounds without drafts, by reason (metrics.NO_DRAFT_REASONS)
+NO_DRAFT_SERIES = "specdec_no_draft_rounds_total"
 # The plugin's decode steps by kind (labels kind="verify"|"plain"): "<kind>_<field>".
 # Their means show what a verifying step costs over a plain one at the cell's load.
 STEP_SERIES = {"specdec_target_step_seconds_sum": "step_s",
@@ -131,7 +133,8 @@ class Server:
 
     def spec_counters(self) -> dict[str, float]:
         """SPEC_SERIES, LATENCY_SERIES, STEP_SERIES, SHADOW_SERIES and PLAN_SERIES from the
-        server's /metrics (0 for a series it does not export)."""
+        server's /metrics (0 for a series it does not export), and the plugin's request
+        rounds without drafts by reason (``no_draft_<reason>``, where exported)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
             text = r.read().decode()
         series = {**SPEC_SERIES, **LATENCY_SERIES}
@@ -153,4 +156,8 @@ class Server:
             elif name == PLAN_SERIES:
                 outcome = "cut" if 'outcome="cut"' in line else "kept"
                 out[f"plan_{outcome}"] += float(line.rsplit(" ", 1)[1])
+            elif name == NO_DRAFT_SERIES and 'reason="' in line:
+                reason = line.split('reason="', 1)[1].split('"', 1)[0]
+                key = f"no_draft_{reason}"
+                out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
         return out
