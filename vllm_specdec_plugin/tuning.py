@@ -62,7 +62,10 @@ ROW_SLACK = 0.05
 # The most slack a request may save up or owe (row_credit.py), in plain steps: a step
 # may slow a row by at most 1 + row_slack + this, and the bound holds over the
 # ~CREDIT_MAX / row_slack = 20 steps a row needs to save it (well within a 128-token
-# answer's TPOT). Not measured.
+# answer's TPOT). The value is not measured against others; the ledger with it was
+# served on 2026-11-27 (results/2026-11-27-1b3830b-serving-smol-sharegpt-credit/,
+# results/2026-11-27-2f186c3-serving-bench-unique-credit/): TPOT p99 <= 1.08x, and the
+# row bound still the main reason rows do not draft at c >= 8.
 CREDIT_MAX = 1.0
 # The default of ``ttft_slack``: verify tokens may lengthen a step that carries a prefill by
 # 5 % of its time (the TTFT target is 1.10x no speculation; drafting, the deferred-draft
