@@ -6,8 +6,8 @@ must pay (``speedup.batch_pays``). ``held`` bounds the step before any row is
 planned (``speedup.step_may_pay``); ``pays`` checks the planned rows; ``fair`` cuts
 the planned drafts so that no row's time per token grows by more than ``ROW_SLACK``
 over its life (``speedup.fair_ks`` with ``row_credit``): every request counts, not
-the batch's mean. Probe steps are
-exempt from all three (the caller passes ``probing``).
+the batch's mean. Probe steps are exempt from all three (the caller passes
+``probing``).
 
 estimates: per draft source (α of a request id, cost per draft token in plain
 steps, σ in plain steps) as ``planning.Estimates``; choices: per source, req_id ->
