@@ -34,6 +34,7 @@ import torch
 
 from benchmarks.machine import REPO, git_info, machine_info
 from benchmarks.vocab_cost import MIXES, Mix
+from benchmarks.vocab_cost_vllm import logit_rows
 from vllm_specdec_plugin.compat.rejection_adapter import exact_rejection_sample
 from vllm_specdec_plugin.draft.sampler import DraftSampler
 from vllm_specdec_plugin.draft_probs import build as build_q
@@ -90,11 +91,7 @@ class Cell:
 def metadata(drafts: list[list[int]], dev: torch.device) -> SimpleNamespace:
     """What the adapter reads of vLLM's SpecDecodeMetadata: request b's draft rows,
     then its bonus row."""
-    target, bonus, start = [], [], 0
-    for d in drafts:
-        target += range(start, start + len(d))
-        bonus.append(start + len(d))
-        start += len(d) + 1
+    target, bonus = logit_rows(drafts)
     flat = [t for d in drafts for t in d]
     return SimpleNamespace(
         num_draft_tokens=[len(d) for d in drafts], max_spec_len=max(len(d) for d in drafts),
@@ -113,8 +110,7 @@ def check_greedy_matches_cpu(dev: torch.device) -> dict:
     drafts = [row[: b % 9] + [0] * (8 - b % 9) for b, row in enumerate(arg)]
     cell.metadata = metadata(drafts, dev)
     gpu = cell.verify().cpu()
-    cpu_runner = cell.runner
-    cpu = exact_rejection_sample(cpu_runner, metadata(drafts, torch.device("cpu")), None,
+    cpu = exact_rejection_sample(cell.runner, metadata(drafts, torch.device("cpu")), None,
                                  cell.target_logits.cpu())
     return {"check": "greedy verify, device == CPU (B 32, k 8, V 49,152)",
             "passed": bool(torch.equal(gpu, cpu)), "accepted": int((gpu >= 0).sum()) - 32}

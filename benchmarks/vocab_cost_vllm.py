@@ -61,15 +61,22 @@ def spec_metadata(api: SimpleNamespace, drafts: list[list[int]]) -> Any:
     (``_calc_spec_decode_metadata``): request b's draft rows, then its bonus row;
     ``make_dummy`` leaves them zero."""
     md = api.SpecDecodeMetadata.make_dummy(drafts, DEVICE)
+    target, bonus = logit_rows(drafts)
+    md.target_logits_indices = torch.tensor(target, dtype=torch.int32)
+    md.bonus_logits_indices = torch.tensor(bonus, dtype=torch.int32)
+    md.logits_indices = torch.arange(len(target) + len(bonus), dtype=torch.int32)
+    return md
+
+
+def logit_rows(drafts: list[list[int]]) -> tuple[list[int], list[int]]:
+    """(target rows, bonus rows) of the flat verify logits: request b's draft rows,
+    then its bonus row, as vLLM's runner lays them out."""
     target, bonus, start = [], [], 0
     for d in drafts:
         target += range(start, start + len(d))
         bonus.append(start + len(d))
         start += len(d) + 1
-    md.target_logits_indices = torch.tensor(target, dtype=torch.int32)
-    md.bonus_logits_indices = torch.tensor(bonus, dtype=torch.int32)
-    md.logits_indices = torch.arange(start, dtype=torch.int32)
-    return md
+    return target, bonus
 
 
 def sampling_metadata(api: SimpleNamespace, params: list[Any], prompts: list[list[int]],

@@ -127,7 +127,8 @@ def _count_out(table: dict[tuple[int, ...], Followers], keys: Iterable[tuple[int
 
 
 def _ngram_keys(toks: list[int], lo: int, hi: int, n: int) -> list[tuple[int, ...]]:
-    """The n-grams starting at ``lo .. hi - 1`` (C-speed zip for a prompt's many)."""
+    """The n-grams starting at ``lo .. hi - 1``, none if ``hi <= lo`` (C-speed zip for
+    a prompt's many)."""
     if hi - lo > 8:
         return list(zip(*(toks[lo + i:hi + i] for i in range(n))))
     return [tuple(toks[s:s + n]) for s in range(lo, hi)]
@@ -178,9 +179,10 @@ class NGramIndex:
     token is known: ``n-gram -> last start position`` and ``n-gram -> {follower:
     count}`` over the starts inside the window (starts that leave it are counted out
     as the history grows), the latter only for n-grams seen there at least twice (most
-    are seen once: their last start says it, at no cost in memory). ``extend`` costs O(max_n) dict updates per token;
-    ``propose`` O(k * (max_n - min_n + 1)) lookups plus a pass over each matched
-    n-gram's distinct followers, independent of history length and window.
+    are seen once: their last start says it, at no cost in memory). ``extend`` costs
+    O(max_n) dict updates per token; ``propose`` O(k * (max_n - min_n + 1)) lookups plus
+    a pass over each matched n-gram's distinct followers, independent of history length
+    and window.
     """
 
     def __init__(
@@ -350,13 +352,6 @@ class CorpusIndex:
         """Tokens held."""
         return self._total
 
-    def _ngrams(self, toks: list[int], n: int) -> Iterable[tuple[int, ...]]:
-        """Every n-gram of ``toks`` with a known following token, by start position."""
-        end = len(toks) - n
-        if end <= 0:
-            return iter(())
-        return zip(*(toks[i:end + i] for i in range(n)))  # C-speed tuple building
-
     def add(self, tokens: Sequence[int] | np.ndarray | Iterable[int]) -> int:
         """Store one finished request's history (1-D token ids; only the last
         ``max_tokens`` of a longer one are kept). Returns the tokens stored (0: none)."""
@@ -369,7 +364,7 @@ class CorpusIndex:
         seqs = self._seqs
         for n, d, f in zip(self._ns, self._maps, self._follow):
             get = d.get
-            for p, key, tok in zip(count(), self._ngrams(toks, n), toks[n:]):
+            for p, key, tok in zip(count(), _ngram_keys(toks, 0, len(toks) - n, n), toks[n:]):
                 prev = get(key)
                 d[key] = (sid, p)  # the newest sequence wins (its latest occurrence)
                 if prev is not None:
@@ -385,8 +380,9 @@ class CorpusIndex:
         self._total -= len(toks)
         for j, n in enumerate(self._ns):
             d, f = self._maps[j], self._follow[j]
-            _count_out(f, self._ngrams(toks, n), toks[n:])
-            for key in self._ngrams(toks, n):
+            keys = _ngram_keys(toks, 0, len(toks) - n, n)  # those with a known follower
+            _count_out(f, keys, toks[n:])
+            for key in keys:
                 hit = d.get(key)
                 if hit is not None and hit[0] == sid:  # newer sequences keep their entries
                     del d[key]
