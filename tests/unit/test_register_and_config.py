@@ -99,6 +99,9 @@ def test_preset_paths_may_be_relative_to_the_preset(tmp_path):
     ({"method": "ngram", "row_slack": float("inf")}, r"row_slack must be a number >= 0.*Fix"),
     ({"method": "ngram", "ttft_slack": -1}, r"ttft_slack must be a number >= 0.*Fix"),
     ({"method": "ngram", "ttft_slack": True}, r"ttft_slack must be a number >= 0.*Fix"),
+    ({"method": "ngram", "ngram_min_prob": 1.5}, r"ngram_min_prob must be a number in \[0, 1\].*Fix"),
+    ({"method": "ngram", "ngram_min_prob": True}, r"ngram_min_prob must be a number in \[0, 1\].*Fix"),
+    ({"method": "ngram", "ngram_min_prob": "x"}, r"ngram_min_prob must be a number in \[0, 1\].*Fix"),
     ({"draft_model": "/d", "draft_vocab": ""}, r"draft_vocab must be a file path.*Fix"),
     ({"draft_model": "/d", "draft_vocab": 16384}, r"draft_vocab must be a file path.*Fix"),
 ])
