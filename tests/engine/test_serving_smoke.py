@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from vllm_specdec_plugin.metrics import NO_DRAFT_REASONS
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -36,8 +38,10 @@ def test_serving_benchmark_smoke(ci_pair, tmp_path):
         # the server's speculation counters over the cell (zero without speculation)
         steps = {f"{k}_{f}" for k in ("verify", "plain") for f in ("step_s", "steps", "emitted")}
         shadows = {"shadow_drafted", "shadow_accepted", "plan_kept", "plan_cut"}
-        assert set(c["spec"]) == {"drafts", "draft_tokens", "accepted", "draft_s",
-                                  "draft_rounds"} | steps | shadows, sorted(c["spec"])
+        keys = {"drafts", "draft_tokens", "accepted", "draft_s", "draft_rounds"} | steps | shadows
+        if c["config"] != "nospec":  # the plugin's rounds without drafts, by reason
+            keys |= {f"no_draft_{r}" for r in NO_DRAFT_REASONS}
+        assert set(c["spec"]) == keys, sorted(c["spec"])
         if c["config"] == "nospec":
             assert not any(c["spec"].values()), c["spec"]
         else:  # the plugin's decode steps, by kind, over the cell
