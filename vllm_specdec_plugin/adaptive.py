@@ -20,8 +20,14 @@ Rule (per engine step at batch size B, per request with acceptance estimate α):
   [0, ALPHA_MAX]. The prior α_g is the estimate of the request's tenancy scope: the
   same formula over its requests' rounds with prior ``prior_alpha`` and decay d per
   engine step that had rounds. Rounds with no drafts carry no information.
-- Reasons: k = 0 is "load" when even α = ALPHA_MAX gains nothing at this cost (no
-  probing), else "adaptive".
+- Reasons: k = 0 is "load" when even α = ALPHA_MAX gains nothing at this cost, else
+  "adaptive".
+- Load probes: the "load" verdict rests on the cost fit, and only a step that
+  verifies at more than B tokens can revise it (a fit whose intercept collapsed
+  reads every token as a whole row's cost, v(B) ~ 1, and would hold every row for
+  good). So while it holds, every ``load_probe_every`` steps (doubling up to
+  ``probe_max``; 0 = never) every row gets k = 1 in one step; under a true load
+  that costs about one step's worth of B extra tokens per ``probe_max`` steps.
 - Probing, so that a request held at 0 by "adaptive" can recover: on probe steps
   every such request gets k = 1, all in the same step (a step with drafts pays σ
   once, however many rows draft). The first probe step comes ``probe_every`` steps
@@ -59,6 +65,7 @@ class AdaptiveConfig:
     min_gain: float = MIN_GAIN  # hysteresis: speculate only if S(k*) > 1 + min_gain
     probe_every: int = PROBE_EVERY  # steps before the first probe of held requests; 0 = never
     probe_max: int = PROBE_MAX  # the probe interval doubles up to this many steps
+    load_probe_every: int = PROBE_EVERY  # steps under "load" before a load probe; 0 = never
     c_prime_default: float = C_PRIME_DRAFT  # draft cost / plain step, until measured
     measured_c_prime: bool = True  # False: the source runs no draft forward (n-gram)
     ema: float = DRAFT_FIT_EMA  # weight of the newest draft round in the draft-cost fit
@@ -79,6 +86,9 @@ class AdaptiveConfig:
              f"probe_every must be an int >= 0 (0 disables probing), got {self.probe_every!r}")
         need(type(self.probe_max) is int and self.probe_max >= self.probe_every,
              f"probe_max must be an int >= probe_every, got {self.probe_max!r}")
+        need(type(self.load_probe_every) is int and 0 <= self.load_probe_every <= self.probe_max,
+             f"load_probe_every must be an int in 0..probe_max (0 disables load probes), "
+             f"got {self.load_probe_every!r}")
         need(self.c_prime_default >= 0, f"c_prime_default must be >= 0, got {self.c_prime_default!r}")
         need(0.0 < self.ema <= 1.0, f"ema must be in (0, 1], got {self.ema!r}")
         need(0.0 < self.fit_decay <= 1.0, f"fit_decay must be in (0, 1], got {self.fit_decay!r}")
@@ -120,6 +130,11 @@ class AdaptiveK:
         self._probe_succ = self._probe_trials = 0.0
         # (probe step, doubled interval) while a paying probe awaits the next step's verdict
         self._unconfirmed: tuple[int, int] | None = None
+        # load probes: steps under "load" since the last load probe (or since load began),
+        # the interval they wait for, and whether the last choose() was one
+        self._load_steps = 0
+        self._load_interval = config.load_probe_every
+        self._load_probe = False
 
     # -- acceptance -------------------------------------------------------------
     def join(self, req_id: str, scope: Hashable | None) -> None:
@@ -201,8 +216,10 @@ class AdaptiveK:
         self._unconfirmed = None  # step_verifies was not told about the last step
         c = self.cfg
         cost, fixed = self.cost_per_draft(batch_size), self.fixed_cost(batch_size)
+        self._load_probe = False
         if best_k(ALPHA_MAX, cost, c.k_max, c.min_gain, fixed) == 0:
-            return {rid: (0, "load") for rid in req_ids}  # no probes under load
+            return self._under_load(req_ids)
+        self._load_steps, self._load_interval = 0, c.load_probe_every
         self._step += 1
         out: dict[str, tuple[int, str]] = {}
         held: list[str] = []
@@ -222,10 +239,24 @@ class AdaptiveK:
         self._probe(held, out=out, cost=cost, fixed=fixed)
         return out
 
+    def _under_load(self, req_ids: list[str]) -> dict[str, tuple[int, str]]:
+        """Every row held for "load", or k = 1 for all on a load probe step (see the
+        module docstring). The cost fit learns from the probe step's timer."""
+        c = self.cfg
+        self._load_steps += 1
+        if not c.load_probe_every or self._load_steps < self._load_interval:
+            return {rid: (0, "load") for rid in req_ids}
+        self._load_steps = 0
+        self._load_interval = min(2 * self._load_interval, c.probe_max)
+        self._load_probe = True
+        return {rid: (1, "") for rid in req_ids}
+
     @property
     def probing(self) -> bool:
-        """The last choose() gave held requests probe drafts (k = 1)."""
-        return self._probe_step is not None and self._probe_step == self._step
+        """The last choose() gave held requests probe drafts (k = 1): a probe or a
+        load probe step."""
+        return self._load_probe or (self._probe_step is not None
+                                    and self._probe_step == self._step)
 
     def step_verifies(self, verifies: bool) -> None:
         """Tell the controller whether the step just planned verifies drafts at all

@@ -86,12 +86,15 @@ class Planner:
 
     def plan(self, row: int, req_id: str, req: RequestState, length: int,
              committed_row: np.ndarray, choices: Choices,
-             estimates: Estimates | None = None, end: int | None = None) -> Plan | None:
+             estimates: Estimates | None = None, end: int | None = None,
+             probing: bool = False) -> Plan | None:
         """n-gram drafts now (``drafts`` filled), a model plan, or None (counted).
 
         estimates: required in hybrid mode (the source choice), ignored otherwise.
         end: the committed length at which the request finishes (prompt + max_tokens;
-        None: only max_model_len bounds it).
+        None: only max_model_len bounds it). probing: a controller's probe step
+        (``AdaptiveK.probing``): hybrid keeps its best source even where it does not
+        pay, as the probe's k = 1 asks.
         """
         req.seen = True
         k_room = self._k_room(length, end)
@@ -99,7 +102,7 @@ class Planner:
             return self._none("length_guard")
         if self.uses_ngram and self.uses_model:
             return self._plan_hybrid(row, req_id, req, length, committed_row, choices,
-                                     estimates or {}, k_room)
+                                     estimates or {}, k_room, probing)
         if self.uses_ngram:
             offer = self._ngram_offer(req_id, req, length, committed_row, choices,
                                       estimates or {}, k_room)
@@ -127,10 +130,10 @@ class Planner:
 
     def _plan_hybrid(self, row: int, req_id: str, req: RequestState, length: int,
                      committed_row: np.ndarray, choices: Choices, estimates: Estimates,
-                     k_room: int) -> Plan | None:
+                     k_room: int, probing: bool) -> Plan | None:
         """Whichever of n-gram and draft model predicts the larger speedup for this
         request now (n-gram: at the number of drafts it found), or none when adaptive
-        and neither pays."""
+        and neither pays (outside probe steps)."""
         candidates: dict[str, tuple[float, int, float, float]] = {}
         offer = self._ngram_offer(req_id, req, length, committed_row, choices, estimates,
                                   k_room)
@@ -145,7 +148,8 @@ class Planner:
             candidates["draft"] = (alpha_d, k_d, cost, fixed)
         else:
             reason = why or reason
-        source, k = choose_source(candidates, MIN_GAIN, allow_none=self.config.adaptive)
+        source, k = choose_source(candidates, MIN_GAIN,
+                                  allow_none=self.config.adaptive and not probing)
         if source == "ngram":
             offer.row = row
             return offer

@@ -256,7 +256,8 @@ class DraftModelProposer:
         else:
             plans = [p for p in (self.planner.plan(row, req_ids[row], self.requests[req_ids[row]],
                                                    int(num_tokens_no_spec[row]), token_ids_cpu[row],
-                                                   choices, estimates, self._end(row, req_ids[row]))
+                                                   choices, estimates, self._end(row, req_ids[row]),
+                                                   probing)
                                  for row in rows) if p]
             if self.config.adaptive:  # the batch must pay, and no row lose > row_slack
                 if not batch_check.pays(plans, batch, estimates, probing):

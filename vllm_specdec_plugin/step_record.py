@@ -19,11 +19,15 @@ its last chunk's rows also sample on the exact path.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Mapping
 
 from vllm_specdec_plugin.row_credit import settle
 from vllm_specdec_plugin.step_cost import StepCost
+from vllm_specdec_plugin.tuning import FIT_LOG_S
+
+logger = logging.getLogger("vllm.specdec_plugin")
 
 
 def split_tokens(sampled_token_ids: list[list[int]], req_ids: list[str],
@@ -63,6 +67,7 @@ class StepRecorder:
         self.metrics = metrics  # ProposerMetrics
         self.slack = slack  # row_slack, for the rows' credit (row_credit)
         self._t0: float | None = None  # when the current engine step began
+        self._logged = time.perf_counter()  # when the fit was last logged
         self._scheduled: Mapping[str, int] | None = None
 
     def begin(self, scheduled: Mapping[str, int] | None) -> None:
@@ -97,3 +102,16 @@ class StepRecorder:
         self.metrics.target_step("verify" if verify else "plain", seconds, emitted)
         if verify:
             self.cost.observe_spec_overhead(exact_s)
+        if time.perf_counter() - self._logged > FIT_LOG_S:
+            self._logged = time.perf_counter()
+            self.log_fit(rows)
+
+    def log_fit(self, batch: int) -> None:
+        """One INFO line: the step cost fit and what it implies at ``batch`` rows (what
+        the controller's "load" and the row bound read)."""
+        f, c = self.cost.snapshot(), self.cost
+        ms = lambda x: "-" if x is None else f"{1e3 * x:.3g}"
+        logger.info("specdec: step cost fit: a %s ms + b %s ms/token + p %s ms/prefill token,"
+                    " σ %s ms; at B %d: v %.3f, σ(B) %.3f, c'(B) %s", ms(f["a"]), ms(f["b"]),
+                    ms(f["p"]), ms(f["spec_s"]), batch, c.load_cost(batch), c.fixed_cost(batch),
+                    "-" if c.c_prime(batch) is None else f"{c.c_prime(batch):.3f}")

@@ -32,6 +32,7 @@ STEP_FIT_DECAY = 0.99  # not measured: weight kept per step by the target fit (~
 SPEC_WINDOW = 15  # not measured: σ is the median of the last 15 verifying steps (robust to a slow one)
 A_MIN = 1e-6  # numerical floor (s) of the fitted intercept, so T(B) > 0 and v(B) < 1
 MIN_VAR_TOKENS = 1e-6  # numerical: weighted variance (tokens²) below which a slope is not identifiable
+FIT_LOG_S = 60.0  # not measured: the step cost fit is logged at most once a minute (step_record)
 MIN_DET = 1e-4  # numerical: relative determinant below which two regressors cannot be told apart
 
 # -- n-gram pricing and shadows (match_pricing.py, shadow.py) -----------------------

@@ -572,15 +572,47 @@ def test_load_switches_speculation_off():
     assert all(k > 0 and why == "" for k, why in small.values())
     assert ak.cost.load_cost(4) < 0.01
     big = 20000  # v(B) ~ 0.95: not even α = 0.999 pays for a draft
-    for _ in range(3 * 8):  # and no probing under load
-        assert ak.choose(ids, big) == {r: (0, "load") for r in ids}
+    held, probe = {r: (0, "load") for r in ids}, {r: (1, "") for r in ids}
+    # load probes: every row k = 1 after 8 steps under load, then 16, 32 ... probe_max
+    seen = [ak.choose(ids, big) for _ in range(8 + 16 + 32 + 64 + 128 + 128)]
+    probes = [j for j, out in enumerate(seen, start=1) if out == probe]
+    assert probes == [8, 24, 56, 120, 248, 376], probes
+    assert all(out == held for j, out in enumerate(seen, start=1) if j not in probes)
     assert ak.choose(ids, 4) == small  # load gone: back to speculating
+    assert ak.choose(ids, big) == held  # a new spell of load starts at probe_every again
+    ak.cfg.load_probe_every = 0  # 0: never
+    assert all(ak.choose(ids, big) == held for _ in range(3 * 128))
+
+
+def test_a_load_probe_revises_a_fit_that_reads_every_token_as_a_row():
+    """The "load" verdict rests on the fit; a fit whose intercept collapsed (T = b·n)
+    holds every row at any α, and without probes no verifying step could revise it.
+    A load probe verifies B more tokens; its true time lifts the hold."""
+    ak = AdaptiveK(AdaptiveConfig(k_max=8, prior_alpha=0.8))
+    ids = [f"r{i}" for i in range(8)]
+    for n in (1, 2, 4, 8) * 4:  # a misleading start: time proportional to tokens
+        ak.cost.observe_target_step(0.01 * n, n)
+    assert ak.cost.load_cost(8) > 0.99
+    true_t = lambda n: 0.06 + 0.001 * n  # what a step really costs
+    outs = []
+    for _ in range(40):
+        out = ak.choose(ids, 8)
+        outs.append(out)
+        n = 8 + sum(k for k, _ in out.values())
+        ak.cost.observe_target_step(true_t(n), n)
+        for rid, (k, _) in out.items():
+            ak.observe_round(rid, k, k)
+    first = next(j for j, out in enumerate(outs) if out != {r: (0, "load") for r in ids})
+    assert outs[first] == {r: (1, "") for r in ids}  # the load probe
+    assert ak.probing is False and ak.cost.load_cost(8) < 0.2
+    assert all(k > 1 for k, why in outs[-1].values())  # speculating by the rule again
 
 
 @pytest.mark.parametrize("a,b", [(0.02, 2e-5), (0.01, 5e-4)])
 @pytest.mark.parametrize("prior_alpha", [0.3, 0.6, 0.9, 0.999])
 def test_k_non_increasing_in_batch(a, b, prior_alpha):
     ak = _loaded(a, b, prior_alpha, probe_every=0)  # the rule alone, no probe steps
+    ak.cfg.load_probe_every = 0
     ks, reasons = [], []
     for batch in range(1, 257):
         k, why = ak.choose([f"q{batch}"], batch)[f"q{batch}"]

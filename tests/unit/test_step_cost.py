@@ -233,7 +233,7 @@ PURE = {  # module -> the package modules it may import (each itself pure)
     "tuning": set(),
     "speedup": {"tuning"},
     "step_cost": {"tuning"},
-    "step_record": {"row_credit", "step_cost"},
+    "step_record": {"row_credit", "step_cost", "tuning"},
     "row_credit": {"tuning"},
     "adaptive": {"speedup", "step_cost", "tenancy", "tuning"},
     "match_pricing": {"speedup", "tuning"},
@@ -244,7 +244,7 @@ PURE = {  # module -> the package modules it may import (each itself pure)
     "plan_hint": {"speedup", "step_plan", "tuning"},
 }
 STDLIB = {"__future__", "math", "statistics", "collections", "dataclasses", "typing", "time",
-          "itertools", "heapq"}
+          "itertools", "heapq", "logging"}
 
 
 def imports_of(name: str) -> tuple[set[str], set[str]]:
