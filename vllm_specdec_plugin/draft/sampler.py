@@ -11,6 +11,7 @@ q coupled to the target's y_t, accepted with probability >= (1 - TV) / (1 + TV)
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any, Sequence
 
 import torch
@@ -57,6 +58,11 @@ class DraftSampler:
             self.prompts = _padded([prompts[i] if k else [] for i, k in zip(idx, keep)], device)
             self.outputs = _padded([outputs[i] if k else [] for i, k in zip(idx, keep)], device)
         self.q = torch.zeros((len(idx), k_max, vocab_size), dtype=torch.float32, device=device)
+        # One uniform per unseeded row and pass, drawn once for the round on the
+        # device: a pass launches no host-to-device copy. [k_max, S] float64.
+        self.uniform = (torch.rand((k_max, len(idx)), dtype=torch.float64, device=device)
+                        if any(s is None for s in self.seeds) else None)
+        self._rows: dict[int, torch.Tensor | slice] = {}  # by count: see _batch_rows
 
     @property
     def argmax_only(self) -> bool:
@@ -75,41 +81,49 @@ class DraftSampler:
         if self.masks is not None:
             self.masks.apply(logits, pos, drafts)
         tokens = first_argmax(logits)
-        n = logits.shape[0]
-        active = [j for j, i in enumerate(self.sampled) if i < n]
-        if not active:
+        # Rows run in plan order (k descending), so the sampled rows still drafting
+        # at this pass are the first `count` of self.sampled.
+        count = bisect_left(self.sampled, logits.shape[0])
+        if not count:
             return tokens
-        rows = [self.sampled[j] for j in active]
-        rows_t = torch.tensor(rows, device=self.device)
-        act_t = torch.tensor(active, device=self.device)
+        rows = self._batch_rows(count)
         if self.penalised:
-            prompt = self.prompts[act_t]
-            history = torch.cat([self.outputs[act_t], drafts[rows_t, :pos]], dim=1)
+            prompt = self.prompts[:count]
+            history = torch.cat([self.outputs[:count], drafts[rows, :pos]], dim=1)
         else:
-            prompt = history = [[]] * len(active)
-        q = target_probs(logits[rows_t], [self.specs[j] for j in active],
-                         prompt, history)                                  # [S, V]
+            prompt = history = [[]] * count
+        q = target_probs(logits[rows], self.specs[:count], prompt, history)  # [S, V]
         # Seeded rows race q against their position's noise (shared with the target's
-        # verification); the others invert q's CDF with one batched uniform draw.
-        seeded = [m for m, j in enumerate(active) if self.seeds[j] is not None]
+        # verification); the others invert q's CDF with the round's uniforms.
+        seeded = [m for m in range(count) if self.seeds[m] is not None]
         if not seeded:
-            u = torch.rand(len(active), dtype=torch.float64)
-            tokens[rows_t] = sample_from_weights(q, u.to(self.device))
+            tokens[rows] = sample_from_weights(q, self.uniform[pos, :count])
         else:
             noise = torch.ones_like(q)  # unseeded rows' entries are never read
             for m in seeded:
-                j = active[m]
-                noise[m] = position_noise(self.seeds[j], self.lengths[j] + pos, q.shape[1],
+                noise[m] = position_noise(self.seeds[m], self.lengths[m] + pos, q.shape[1],
                                           self.device)
             choice = coupled_token(q, noise)                               # [S]
-            free = [m for m, j in enumerate(active) if self.seeds[j] is None]
-            if free:
-                at = torch.tensor(free, device=self.device)
-                u = torch.rand(len(free), dtype=torch.float64)
-                choice[at] = sample_from_weights(q[at], u.to(self.device))
-            tokens[rows_t] = choice
-        self.q[act_t, pos] = q
+            if self.uniform is not None and len(seeded) < count:
+                free = torch.tensor([m for m in range(count) if self.seeds[m] is None],
+                                    device=self.device)
+                choice[free] = sample_from_weights(q[free], self.uniform[pos, free])
+            tokens[rows] = choice
+        self.q[:count, pos] = q
         return tokens
+
+    def _batch_rows(self, count: int) -> torch.Tensor | slice:
+        """The batch rows of the first ``count`` sampled rows: a slice where they are
+        rows 0..count-1 (every row sampled: views, no gather), else an index tensor
+        made once per count (a host-to-device copy)."""
+        rows = self._rows.get(count)
+        if rows is None:
+            if self.sampled[count - 1] == count - 1:
+                rows = slice(0, count)
+            else:
+                rows = torch.tensor(self.sampled[:count], device=self.device)
+            self._rows[count] = rows
+        return rows
 
 
 def _padded(rows: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
