@@ -258,6 +258,11 @@ class AdaptiveK:
         return self._load_probe or (self._probe_step is not None
                                     and self._probe_step == self._step)
 
+    @property
+    def load_probing(self) -> bool:
+        """The last choose() was a load probe step (every row k = 1 under "load")."""
+        return self._load_probe
+
     def step_verifies(self, verifies: bool) -> None:
         """Tell the controller whether the step just planned verifies drafts at all
         (after every cut the caller makes: its batch check, grammar, draft KV pool).

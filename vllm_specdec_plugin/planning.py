@@ -87,14 +87,14 @@ class Planner:
     def plan(self, row: int, req_id: str, req: RequestState, length: int,
              committed_row: np.ndarray, choices: Choices,
              estimates: Estimates | None = None, end: int | None = None,
-             probing: bool = False) -> Plan | None:
+             load_probe: bool = False) -> Plan | None:
         """n-gram drafts now (``drafts`` filled), a model plan, or None (counted).
 
         estimates: required in hybrid mode (the source choice), ignored otherwise.
         end: the committed length at which the request finishes (prompt + max_tokens;
-        None: only max_model_len bounds it). probing: a controller's probe step
-        (``AdaptiveK.probing``): hybrid keeps its best source even where it does not
-        pay, as the probe's k = 1 asks.
+        None: only max_model_len bounds it). load_probe: a controller's load probe
+        step (``AdaptiveK.load_probing``): hybrid keeps its best source even where it
+        does not pay, so that the step verifies and the cost fit learns from it.
         """
         req.seen = True
         k_room = self._k_room(length, end)
@@ -102,7 +102,7 @@ class Planner:
             return self._none("length_guard")
         if self.uses_ngram and self.uses_model:
             return self._plan_hybrid(row, req_id, req, length, committed_row, choices,
-                                     estimates or {}, k_room, probing)
+                                     estimates or {}, k_room, load_probe)
         if self.uses_ngram:
             offer = self._ngram_offer(req_id, req, length, committed_row, choices,
                                       estimates or {}, k_room)
@@ -130,10 +130,12 @@ class Planner:
 
     def _plan_hybrid(self, row: int, req_id: str, req: RequestState, length: int,
                      committed_row: np.ndarray, choices: Choices, estimates: Estimates,
-                     k_room: int, probing: bool) -> Plan | None:
+                     k_room: int, load_probe: bool) -> Plan | None:
         """Whichever of n-gram and draft model predicts the larger speedup for this
         request now (n-gram: at the number of drafts it found), or none when adaptive
-        and neither pays (outside probe steps)."""
+        and neither pays (outside load probe steps). A draft-model probe (k = 1 for a
+        request held for its α) competes like any round: shadow proposals, not
+        probes, measure held rows in hybrid mode."""
         candidates: dict[str, tuple[float, int, float, float]] = {}
         offer = self._ngram_offer(req_id, req, length, committed_row, choices, estimates,
                                   k_room)
@@ -149,7 +151,7 @@ class Planner:
         else:
             reason = why or reason
         source, k = choose_source(candidates, MIN_GAIN,
-                                  allow_none=self.config.adaptive and not probing)
+                                  allow_none=self.config.adaptive and not load_probe)
         if source == "ngram":
             offer.row = row
             return offer

@@ -241,6 +241,7 @@ class DraftModelProposer:
                      for src, c in self.controllers.items()}
         backed_off0 = self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
         probing = any(c.probing for c in self.controllers.values())
+        load_probe = any(c.load_probing for c in self.controllers.values())
         if self.prompts_next:
             held = dict.fromkeys((req_ids[r] for r in rows), "prompt_next")
         elif self.config.adaptive:
@@ -257,7 +258,7 @@ class DraftModelProposer:
             plans = [p for p in (self.planner.plan(row, req_ids[row], self.requests[req_ids[row]],
                                                    int(num_tokens_no_spec[row]), token_ids_cpu[row],
                                                    choices, estimates, self._end(row, req_ids[row]),
-                                                   probing)
+                                                   load_probe)
                                  for row in rows) if p]
             if self.config.adaptive:  # the batch must pay, and no row lose > row_slack
                 if not batch_check.pays(plans, batch, estimates, probing):

@@ -594,16 +594,19 @@ def test_a_load_probe_revises_a_fit_that_reads_every_token_as_a_row():
         ak.cost.observe_target_step(0.01 * n, n)
     assert ak.cost.load_cost(8) > 0.99
     true_t = lambda n: 0.06 + 0.001 * n  # what a step really costs
-    outs = []
+    outs, flags = [], []
     for _ in range(40):
         out = ak.choose(ids, 8)
         outs.append(out)
+        flags.append((ak.load_probing, ak.probing))
         n = 8 + sum(k for k, _ in out.values())
         ak.cost.observe_target_step(true_t(n), n)
         for rid, (k, _) in out.items():
             ak.observe_round(rid, k, k)
     first = next(j for j, out in enumerate(outs) if out != {r: (0, "load") for r in ids})
     assert outs[first] == {r: (1, "") for r in ids}  # the load probe
+    assert first == 7  # load_probe_every steps under load
+    assert flags[first] == (True, True) and flags.count((True, True)) == 1
     assert ak.probing is False and ak.cost.load_cost(8) < 0.2
     assert all(k > 1 for k, why in outs[-1].values())  # speculating by the rule again
 

@@ -186,10 +186,10 @@ def test_a_request_near_its_max_tokens_drafts_only_what_it_can_emit():
     assert reasons == ["length_guard"]
 
 
-def test_a_probe_step_drafts_in_hybrid_where_no_source_pays():
+def test_a_load_probe_step_drafts_in_hybrid_where_no_source_pays():
     """Under load (a draft token costs ~ a plain step) neither source pays, so a hybrid
-    round drafts nothing; on a probe step (every row k = 1 from its controller) the
-    best source drafts anyway, as the probe asks."""
+    round drafts nothing, probe or not; on a load probe step (every row k = 1 from its
+    controller) the best source drafts anyway, so the cost fit sees a verifying step."""
     planner, replay, rest = _hybrid_replay(8)
     estimates = {"ngram": (lambda rid, match=None: 0.6, 0.99, 0.05),
                  "draft": (lambda rid: 0.6, 0.99, 0.05)}
@@ -197,5 +197,5 @@ def test_a_probe_step_drafts_in_hybrid_where_no_source_pays():
     assert _plan(planner, replay, choices, estimates) is None
     row = np.asarray(replay, dtype=np.int64)
     plan = planner.plan(0, "r", RequestState(scope=UNSALTED), len(replay), row, choices,
-                        estimates, probing=True)
+                        estimates, load_probe=True)
     assert plan is not None and plan.k == 1 and plan.drafts == rest[:1]
