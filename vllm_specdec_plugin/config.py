@@ -218,8 +218,9 @@ class SpecDecConfig:
         if not (isinstance(self.row_slack, (int, float)) and not isinstance(self.row_slack, bool)
                 and 0.0 <= self.row_slack < float("inf")):
             raise SpecDecConfigError(
-                f"row_slack must be a number >= 0, got {self.row_slack!r}. Fix: e.g. 0.05 "
-                "(no request more than 5 % slower per token), or 1000 to rely on the batch's mean.")
+                f"row_slack must be a number >= 0, got {self.row_slack!r}. Fix: e.g. 0.2 "
+                "(the default: no request more than 20 % slower per token), or 1000 to rely on "
+                "the batch's mean.")
         if not (isinstance(self.ttft_slack, (int, float)) and not isinstance(self.ttft_slack, bool)
                 and 0.0 <= self.ttft_slack < float("inf")):
             raise SpecDecConfigError(
