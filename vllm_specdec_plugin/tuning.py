@@ -62,7 +62,9 @@ SHADOW_ROWS = 4  # not measured: new shadow proposals per step (CPU: one n-gram 
 # - bench, unique (results/2026-11-27-8a3c559-serving-bench-unique-rowslack-sweep/):
 #   c = 8 1.33x vs 1.23x, TPOT p99 0.94x vs 0.95x; c = 16 1.16x vs 1.08x, 1.05x vs
 #   1.08x; no bound: 1.37x / 1.20x but TPOT p99 1.20x at c = 16.
-# Other values not measured; c = 1-4, 64 and Poisson rates not rerun with 0.2.
+# - bench, unique, c = 64 (results/2026-11-27-3f4c4aa-serving-bench-unique-c64-rowslack/):
+#   1.01x vs 0.99x, TPOT p99 1.06x vs 1.03x (A/A 0.99x): the same within the spread.
+# Other values not measured; c = 1-4 and Poisson rates not rerun with 0.2.
 ROW_SLACK = 0.2
 # The most slack a request may save up or owe (row_credit.py), in plain steps: a step
 # may slow a row by at most 1 + row_slack + this, and the bound holds over the
