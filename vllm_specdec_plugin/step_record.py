@@ -80,7 +80,8 @@ class StepRecorder:
         """Record the step that just ended; ``exact_s``: its exact sampler seconds."""
         if self._t0 is None:
             return
-        seconds = time.perf_counter() - self._t0
+        now = time.perf_counter()
+        seconds = now - self._t0
         self._t0 = None
         split = split_tokens(sampled_token_ids, req_ids, requests, self._scheduled)
         if split is None:
@@ -102,16 +103,17 @@ class StepRecorder:
         self.metrics.target_step("verify" if verify else "plain", seconds, emitted)
         if verify:
             self.cost.observe_spec_overhead(exact_s)
-        if time.perf_counter() - self._logged > FIT_LOG_S:
-            self._logged = time.perf_counter()
+        if now - self._logged > FIT_LOG_S:
+            self._logged = now
             self.log_fit(rows)
 
     def log_fit(self, batch: int) -> None:
         """One INFO line: the step cost fit and what it implies at ``batch`` rows (what
         the controller's "load" and the row bound read)."""
-        f, c = self.cost.snapshot(), self.cost
+        cost = self.cost
+        f, c_prime = cost.snapshot(), cost.c_prime(batch)
         ms = lambda x: "-" if x is None else f"{1e3 * x:.3g}"
         logger.info("specdec: step cost fit: a %s ms + b %s ms/token + p %s ms/prefill token,"
                     " σ %s ms; at B %d: v %.3f, σ(B) %.3f, c'(B) %s", ms(f["a"]), ms(f["b"]),
-                    ms(f["p"]), ms(f["spec_s"]), batch, c.load_cost(batch), c.fixed_cost(batch),
-                    "-" if c.c_prime(batch) is None else f"{c.c_prime(batch):.3f}")
+                    ms(f["p"]), ms(f["spec_s"]), batch, cost.load_cost(batch),
+                    cost.fixed_cost(batch), "-" if c_prime is None else f"{c_prime:.3f}")

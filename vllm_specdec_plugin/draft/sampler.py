@@ -104,7 +104,7 @@ class DraftSampler:
                 noise[m] = position_noise(self.seeds[m], self.lengths[m] + pos, q.shape[1],
                                           self.device)
             choice = coupled_token(q, noise)                               # [S]
-            if self.uniform is not None and len(seeded) < count:
+            if len(seeded) < count:  # unseeded rows too (so self.uniform exists)
                 free = torch.tensor([m for m in range(count) if self.seeds[m] is None],
                                     device=self.device)
                 choice[free] = sample_from_weights(q[free], self.uniform[pos, free])
