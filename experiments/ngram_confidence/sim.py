@@ -10,7 +10,11 @@ history or the corpus, whichever matches the longer context), the accepted prefi
 the one the recorded greedy answer agrees with, then one more token. Variants: the
 index before this change (most recent occurrence, no threshold: ``ngram.py`` at ``BEFORE``,
 read with git)
-and the current one at each ``--probs`` threshold. Reported per variant: drafted and
+and the current one at each ``--probs`` threshold; with ``--suffix-site DIR`` (where
+``scripts/install_suffix.sh`` put arctic-inference) also vLLM's in-tree ``suffix``
+method's drafting, replayed the way vLLM 0.32's ``SuffixDecodingProposer`` calls
+``SuffixDecodingCache`` (prompt in a per-request tree, earlier answers in the global
+tree, tree depth 24, ``max_spec_factor`` 1, ``min_token_prob`` 0.1). Reported per variant: drafted and
 accepted tokens per round, accepted per drafted token, and tokens per step-cost
 sum(1 + accepted) / sum(1 + c' * drafted) for a draft token's verify cost c' (a
 share of a plain step; about 0.02-0.05 on this CPU at c = 1, more in a busy batch).
@@ -72,6 +76,40 @@ def replay(rows: list[dict], mod, k: int, min_prob: float | None) -> dict:
             own.extend(out[t:t + a + 1])
             t += a + 1
         corpus.add(r["prompt"] + out)
+    return summary(rounds, drafted, accepted, per_round)
+
+
+def replay_suffix(rows: list[dict], k: int, depth: int = 24, factor: float = 1.0,
+                  min_prob: float = 0.1) -> dict:
+    """As ``replay``, with arctic-inference's suffix trees as the draft source."""
+    from arctic_inference.suffix_decoding import SuffixDecodingCache
+
+    cache = SuffixDecodingCache(max_tree_depth=depth, max_cached_requests=10000)
+    rounds = drafted = accepted = 0
+    per_round = []
+    for i, r in enumerate(rows):
+        cache.start_request(i, r["prompt"])
+        seq, out, t = list(r["prompt"]), r["output"], 0
+        while t < len(out):
+            d = []
+            if t < len(out) - 1:
+                d = cache.speculate(i, seq[-depth:], max_spec_tokens=min(k, len(out) - t - 1),
+                                    max_spec_factor=factor, min_token_prob=min_prob).token_ids
+            a = 0
+            while a < len(d) and d[a] == out[t + a]:
+                a += 1
+            rounds += 1
+            drafted += len(d)
+            accepted += a
+            per_round.append((len(d), a))
+            cache.add_active_response(i, out[t:t + a + 1])
+            seq += out[t:t + a + 1]
+            t += a + 1
+        cache.stop_request(i)
+    return summary(rounds, drafted, accepted, per_round)
+
+
+def summary(rounds: int, drafted: int, accepted: int, per_round: list) -> dict:
     res = {"rounds": rounds, "drafted_per_round": drafted / rounds,
            "accepted_per_round": accepted / rounds,
            "alpha_per_draft_token": accepted / max(drafted, 1)}
@@ -86,6 +124,8 @@ def main() -> None:
     ap.add_argument("answers", type=Path)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--probs", default="0,0.05,0.1,0.15,0.2,0.3,0.5")
+    ap.add_argument("--suffix-site", type=Path, default=None,
+                    help="arctic-inference's install folder (.cache/suffix/site)")
     args = ap.parse_args()
     rows = [json.loads(line) for line in args.answers.read_text().splitlines()]
     old = module_at(BEFORE, "vllm_specdec_plugin/ngram.py", "ngram_before")
@@ -93,6 +133,9 @@ def main() -> None:
            "before (most recent, no threshold)": replay(rows, old, args.k, None)}
     for p in [float(x) for x in args.probs.split(",")]:
         out[f"most frequent, min_prob {p}"] = replay(rows, new, args.k, p)
+    if args.suffix_site:
+        sys.path.insert(0, str(args.suffix_site))
+        out["in-tree suffix (depth 24, min_prob 0.1)"] = replay_suffix(rows, args.k)
     cols = ["drafted_per_round", "accepted_per_round", "alpha_per_draft_token"] + \
         [f"tokens_per_cost@{c}" for c in (0.02, 0.05, 0.1, 0.2, 0.4)]
     print(f"{len(rows)} answers, k {args.k}")
