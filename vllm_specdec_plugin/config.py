@@ -88,7 +88,7 @@ class SpecDecConfig:
     kept) the n-gram stage also matches against, so traffic that repeats earlier
     prompts or outputs drafts their continuation (as suffix decoding does). 0: off."""
 
-    ngram_corpus_min_n: int = 3
+    ngram_corpus_min_n: int = 1
     """Shortest context (tokens) matched against finished requests (capped at
     ngram_max_n); a match in the request's own history of the same length or longer
     is preferred."""

@@ -17,8 +17,9 @@ draft token ids. Semantics, shared by :class:`NGramIndex` and :func:`propose_ref
   the suffix itself never counts; a follower may be an earlier draft).
 * The draft token is the most frequent follower over those occurrences; on a tie in
   count, the follower of the most recent occurrence if it is among the tied, else the
-  smallest id. Its confidence is its count / the number of occurrences (a
-  frequency estimate, as suffix decoding's tree counts are).
+  smallest id. Its confidence is its count / (the number of occurrences +
+  ``NGRAM_PRIOR``): a frequency estimate, as suffix decoding's tree counts are, that
+  does not take a context seen once for a certainty.
 * Chaining: the draft token is appended to the context and the lookup repeats. It
   stops at ``k`` tokens, at the first step with no match for any ``n >= min_n``, or
   before a token that would bring the product of the chain's confidences below
@@ -34,7 +35,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from vllm_specdec_plugin.tuning import NGRAM_MIN_PROB
+from vllm_specdec_plugin.tuning import NGRAM_MIN_PROB, NGRAM_PRIOR
 
 __all__ = ["CorpusIndex", "NGramConfig", "NGramIndex", "propose_reference"]
 
@@ -87,13 +88,14 @@ def _check_k(k: int) -> None:
         raise ValueError(f"ngram k (number of draft tokens) must be >= 0; got k={k}")
 
 
-def choose(followers: Followers, recent: int) -> tuple[int, float]:
+def choose(followers: Followers, recent: int, prior: float | None = None) -> tuple[int, float]:
     """(draft token, confidence) from a key's follower counts (all > 0) and the
-    follower of its most recent occurrence (module rule)."""
+    follower of its most recent occurrence (module rule); ``prior``: the confidence's
+    prior count (None: ``NGRAM_PRIOR``)."""
     best = max(followers.values())
     tok = recent if followers.get(recent) == best else \
         min(t for t, c in followers.items() if c == best)
-    return tok, best / sum(followers.values())
+    return tok, best / (sum(followers.values()) + (NGRAM_PRIOR if prior is None else prior))
 
 
 def _add(table: dict[tuple[int, ...], Followers], key: tuple[int, ...], tok: int,
@@ -315,9 +317,11 @@ class CorpusIndex:
     a live request's context and, for ``n = MIN_LONG_N, max_n .. min_n`` (longest
     first), looks up its last ``n`` tokens; the draft token is the most frequent
     follower of that n-gram over the stored sequences (ties: the most recently added
-    occurrence's, else the smallest id), its confidence that frequency, and the chain
+    occurrence's, else the smallest id), its confidence that frequency (with the
+    module's prior, none for the ``MIN_LONG_N`` key of a replay), and the chain
     goes on from the context plus the drafts as :func:`propose_reference` does
-    (``min_prob``). Holds at most ``max_tokens`` tokens: the oldest sequences are
+    (``min_prob``), for at most as many tokens as the match is long (as suffix
+    decoding's ``max_spec_factor`` 1: a one-token match drafts one token). Holds at most ``max_tokens`` tokens: the oldest sequences are
     evicted first, with their index entries and counts (memory stays bounded).
     ``add`` costs O(max_n) dict updates per token, ``propose`` O(k * max_n) lookups
     (and at most ``MAX_EXTEND`` comparisons).
@@ -400,7 +404,8 @@ class CorpusIndex:
         return None
 
     def propose(self, context: Sequence[int], k: int) -> tuple[list[int], int]:
-        """(up to ``k`` draft token ids continuing ``context``, the match length);
+        """(up to ``min(k, match length)`` draft token ids continuing ``context``, the
+        match length);
         ([], 0) without a match of at least ``min_n`` tokens. ``context``: 1-D token
         ids (Python ints). The lookup reads its last ``MIN_LONG_N``; the match length
         then extends backwards from the first lookup's most recent occurrence while that
@@ -419,11 +424,14 @@ class CorpusIndex:
         while length < limit and seq[s + n - length - 1] == context[m - length - 1]:
             length += 1
         draft: list[int] = []
-        conf, hit = 1.0, first
+        conf, hit, k = 1.0, first, min(k, length)
         while len(draft) < k and hit is not None:
             j, sid, s, key = hit
             recent = self._seqs[sid][s + self._ns[j]]
-            tok, p = choose(self._follow[j].get(key) or {recent: 1}, recent)
+            # A 16-token context seen once is a replay's own earlier position: its
+            # follower is as good as certain (no prior), as on a suffix tree's deep path.
+            tok, p = choose(self._follow[j].get(key) or {recent: 1}, recent,
+                            0.0 if self._ns[j] >= self.MIN_LONG_N else None)
             if conf * p < self.min_prob:
                 break
             conf *= p

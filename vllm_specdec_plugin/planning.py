@@ -265,8 +265,9 @@ class Planner:
                     # The corpus match may sit near the end of its sequence (periodic
                     # text: the newest occurrence is the last), so it offers few tokens.
                     # Where the request's own history proposes the same tokens and more,
-                    # both agree on the shared part: take the longer run.
-                    own = req.ngram.propose(k)
+                    # both agree on the shared part: take the longer run (no longer
+                    # than the match, as the corpus's own drafts).
+                    own = req.ngram.propose(min(k, n))
                     if len(own) > len(drafts) and own[:len(drafts)] == drafts:
                         return own, match_key("corpus", n)
                 return drafts, match_key("corpus", n)

@@ -38,15 +38,22 @@ MIN_DET = 1e-4  # numerical: relative determinant below which two regressors can
 # -- n-gram pricing and shadows (match_pricing.py, shadow.py) -----------------------
 MATCH_PRIOR_WEIGHT = 4.0  # not measured: a match bucket's prior counts as 4 trials (as PRIOR_WEIGHT)
 MATCH_DECAY = 0.98  # not measured: ~50 rounds per bucket; buckets see many requests, so a longer window
-# The n-gram chain's confidence threshold (ngram.py, ngram_min_prob). Set 2026-11-27 by
-# replaying the plugin's n-gram drafting on 320 recorded smol-target greedy answers to
-# held-out ShareGPT prompts (results/2026-11-27-ngram-confidence-replay/): tokens per
-# verify cost is flat between 0.2 and 0.5 at c' = 0.02 and rises with the threshold at
-# c' >= 0.05 (k 8: 1.465 at 0, 1.485 at 0.1, 1.519 at 0.3, 1.525 at 0.5). 0.3 is within
-# 1.5 % of the best threshold at c' <= 0.05 for k 4, 8 and 16 (a CPU at c = 1: a verify
-# token costs ~0.04 of a step); at c' 0.1-0.4 (a busy batch) 0.5 does 1-8 % better, where
-# the adaptive controller's k shortens the chain anyway. Not served at 0.3 before it was set.
-NGRAM_MIN_PROB = 0.3
+# The n-gram chain's confidence (ngram.py): a follower's count / (occurrences +
+# NGRAM_PRIOR), so a context seen once is no certainty, and the threshold ngram_min_prob
+# on the chain's product. Set 2026-11-27 by replaying the plugin's n-gram drafting on 320
+# recorded smol-target greedy answers to held-out ShareGPT prompts, beside in-tree
+# suffix's trees (results/2026-11-27-ngram-confidence-replay/, "Prior"), with the corpus
+# matched from 1 token (ngram_corpus_min_n) and its drafts capped at the match length.
+# Tokens per verify cost at k 8 for c' = 0.02 / 0.05 / 0.1 / 0.2 (a verify token's share
+# of a plain step: ~0.02-0.05 at c = 1 on a CPU, more in a busy batch):
+# - prior 0.5, threshold 0.1: 1.760 / 1.630 / 1.452 / 1.191; drafts in 87 % of rounds;
+# - prior 0.25, 0.2: 1.763 / 1.626 / 1.440 / 1.172; prior 1, 0.05: 1.741 / 1.622 / 1.456 / 1.209;
+#   prior 0 (a context seen once is certain), 0.3: 1.749 / 1.594 / 1.388 / 1.103;
+# - the index before (prior 0, threshold 0.3, corpus from 3 tokens, drafts in 57 % of
+#   rounds): 1.677 / 1.519 / 1.314 / 1.034; in-tree suffix 1.720 / 1.630 / 1.499 / 1.291.
+# Served: see docs/benchmarks.md ("n-gram prior").
+NGRAM_PRIOR = 0.5
+NGRAM_MIN_PROB = 0.1
 MATCH_ALPHA_MIN = 1e-3  # numerical: log-odds of α stay finite
 SHADOW_K = 8  # not measured: drafts per shadow proposal, decided within 8 committed tokens
 SHADOW_ROWS = 4  # not measured: new shadow proposals per step (CPU: one n-gram lookup each)

@@ -10,7 +10,9 @@ history or the corpus, whichever matches the longer context), the accepted prefi
 the one the recorded greedy answer agrees with, then one more token. Variants: the
 index before this change (most recent occurrence, no threshold: ``ngram.py`` at ``BEFORE``,
 read with git)
-and the current one at each ``--probs`` threshold; with ``--suffix-site DIR`` (where
+and the current one at each ``--probs`` threshold (with ``--prior P``, its confidence's
+prior count ``tuning.NGRAM_PRIOR`` set to P; the corpus matched from ``CORPUS_MIN_N``
+tokens, its drafts capped at the match length); with ``--suffix-site DIR`` (where
 ``scripts/install_suffix.sh`` put arctic-inference) also vLLM's in-tree ``suffix``
 method's drafting, replayed the way vLLM 0.32's ``SuffixDecodingProposer`` calls
 ``SuffixDecodingCache`` (prompt in a per-request tree, earlier answers in the global
@@ -32,6 +34,7 @@ from pathlib import Path
 from vllm_specdec_plugin import ngram as new
 
 BEFORE = "673da04"  # the last commit whose ngram.py drafted the most recent occurrence's follower
+CORPUS_MIN_N = 1  # the current code's ngram_corpus_min_n (the index before: 3)
 
 
 def module_at(commit: str, path: str, name: str):
@@ -49,7 +52,7 @@ def drafts_for(mod, own, corpus, k: int) -> list[int]:
     drafts, n = corpus.propose(own.tokens, k)
     if drafts and n > own_n:
         if len(drafts) < k:
-            o = own.propose(k)
+            o = own.propose(min(k, n) if mod is new else k)  # as planning: capped at the match
             if len(o) > len(drafts) and o[:len(drafts)] == drafts:
                 return o
         return drafts
@@ -58,7 +61,7 @@ def drafts_for(mod, own, corpus, k: int) -> list[int]:
 
 def replay(rows: list[dict], mod, k: int, min_prob: float | None) -> dict:
     kw = {} if min_prob is None else {"min_prob": min_prob}
-    corpus = mod.CorpusIndex(65536, 4, 3, **kw)
+    corpus = mod.CorpusIndex(65536, 4, CORPUS_MIN_N if mod is new else 3, **kw)
     rounds = drafted = accepted = 0
     per_round = []
     for r in rows:
@@ -124,15 +127,19 @@ def main() -> None:
     ap.add_argument("answers", type=Path)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--probs", default="0,0.05,0.1,0.15,0.2,0.3,0.5")
+    ap.add_argument("--prior", type=float, default=None,
+                    help="the confidence's prior count (tuning.NGRAM_PRIOR) for the current index")
     ap.add_argument("--suffix-site", type=Path, default=None,
                     help="arctic-inference's install folder (.cache/suffix/site)")
     args = ap.parse_args()
     rows = [json.loads(line) for line in args.answers.read_text().splitlines()]
+    if args.prior is not None:
+        new.NGRAM_PRIOR = args.prior  # read by ngram.choose at each call
     old = module_at(BEFORE, "vllm_specdec_plugin/ngram.py", "ngram_before")
     out = {"answers": len(rows), "k": args.k,
            "before (most recent, no threshold)": replay(rows, old, args.k, None)}
     for p in [float(x) for x in args.probs.split(",")]:
-        out[f"most frequent, min_prob {p}"] = replay(rows, new, args.k, p)
+        out[f"current, prior {new.NGRAM_PRIOR}, min_prob {p}"] = replay(rows, new, args.k, p)
     if args.suffix_site:
         sys.path.insert(0, str(args.suffix_site))
         out["in-tree suffix (depth 24, min_prob 0.1)"] = replay_suffix(rows, args.k)
@@ -143,7 +150,8 @@ def main() -> None:
     for name, r in out.items():
         if isinstance(r, dict):
             print(f"{name:40} " + " ".join(f"{r[c]:22.3f}" for c in cols))
-    (args.answers.parent / f"sim-k{args.k}.json").write_text(json.dumps(out, indent=1))
+    tag = "" if args.prior is None else f"-prior{args.prior:g}"
+    (args.answers.parent / f"sim-k{args.k}{tag}.json").write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from vllm_specdec_plugin.ngram import CorpusIndex, NGramConfig, NGramIndex, propose_reference
+from vllm_specdec_plugin.tuning import NGRAM_PRIOR
 
 pytestmark = pytest.mark.unit
 
@@ -50,13 +51,19 @@ def test_most_frequent_follower_wins():
 
 
 def test_chain_stops_before_an_uncertain_token():
-    # "1" was followed by 2, 3 and 4 once each (1/3, the most recent: 4); "4" by 0
-    # surely; "0" by 1 twice and 9 once (2/3). The chain's product: 1/3, 1/3, 2/9.
+    # "1" was followed by 2, 3 and 4 once each (the most recent: 4); "4" by 0 once; "0"
+    # by 1 twice and 9 once. Confidence: count / (occurrences + NGRAM_PRIOR), so
+    # 1/(3+β), 1/(1+β) (seen once: likely, not certain), 2/(3+β); the chain's product
+    # after each token: a > b > c.
     hist = [1, 2, 0, 1, 3, 0, 1, 4, 0, 9, 1]
+    a = 1 / (3 + NGRAM_PRIOR)
+    b = a / (1 + NGRAM_PRIOR)
+    c = b * 2 / (3 + NGRAM_PRIOR)
     assert both(hist, 3, max_n=1) == [4, 0, 1]
-    assert both(hist, 3, max_n=1, min_prob=0.2) == [4, 0, 1]
-    assert both(hist, 3, max_n=1, min_prob=0.3) == [4, 0]
-    assert both(hist, 3, max_n=1, min_prob=0.34) == []
+    assert both(hist, 3, max_n=1, min_prob=c * 0.999) == [4, 0, 1]  # float rounding
+    assert both(hist, 3, max_n=1, min_prob=(b + c) / 2) == [4, 0]
+    assert both(hist, 3, max_n=1, min_prob=(a + b) / 2) == [4]
+    assert both(hist, 3, max_n=1, min_prob=a * 1.01) == []
     assert NGramIndex(history=hist).propose(3) == propose_reference(hist, 3)  # the default
 
 
@@ -274,9 +281,21 @@ def test_corpus_most_frequent_follower_and_truncation():
     c = CorpusIndex(max_tokens=100, max_n=3, min_n=2, min_prob=0.5)
     for tail in ([10, 11], [20, 21], [30, 31]):
         c.add([1, 2, 3] + tail)
-    assert c.propose([1, 2, 3], 2) == ([], 3)  # 1/3 each: below 0.5, nothing drafted
-    c.min_prob = 0.3
-    assert c.propose([1, 2, 3], 2) == ([30, 31], 3)  # a tie: the newest; then certain
+    assert c.propose([1, 2, 3], 2) == ([], 3)  # 1/(3+β) each: below 0.5, nothing drafted
+    first = 1 / (3 + NGRAM_PRIOR)  # a tie: the newest, 30; then 31, seen once: 1/(1+β)
+    c.min_prob = first / (1 + NGRAM_PRIOR)
+    assert c.propose([1, 2, 3], 2) == ([30, 31], 3)
+    c.min_prob = first
+    assert c.propose([1, 2, 3], 2) == ([30], 3)
+
+
+def test_corpus_drafts_no_more_tokens_than_the_match_is_long():
+    # As suffix decoding's max_spec_factor 1: a short match says little about a long run.
+    c = CorpusIndex(max_tokens=100, max_n=3, min_n=1, min_prob=0.0)
+    c.add([5, 6, 7, 8, 9])
+    assert c.propose([9, 5], 4) == ([6], 1)          # "5": one token
+    assert c.propose([4, 5, 6], 4) == ([7, 8], 2)    # "5 6": two
+    assert c.propose([5, 6, 7], 4) == ([8, 9], 3)    # "5 6 7": three, and the sequence ends
 
 
 def test_corpus_memory_stays_bounded_under_traffic():
