@@ -51,7 +51,9 @@ MATCH_DECAY = 0.98  # not measured: ~50 rounds per bucket; buckets see many requ
 #   prior 0 (a context seen once is certain), 0.3: 1.749 / 1.594 / 1.388 / 1.103;
 # - the index before (prior 0, threshold 0.3, corpus from 3 tokens, drafts in 57 % of
 #   rounds): 1.677 / 1.519 / 1.314 / 1.034; in-tree suffix 1.720 / 1.630 / 1.499 / 1.291.
-# Served: see docs/benchmarks.md ("n-gram prior").
+# Served at c = 1 and 8 on both pairs (results/2026-11-27-666f68e-serving-*-ngram-prior/):
+# over suffix's throughput 1.04x (smol) and 1.07x (bench) at c = 1, 0.98x and 0.90x at
+# c = 8; before, in other runs, 1.00x at c = 1 (smol), 0.97x and 0.93x at c = 8.
 NGRAM_PRIOR = 0.5
 NGRAM_MIN_PROB = 0.1
 MATCH_ALPHA_MIN = 1e-3  # numerical: log-odds of α stay finite
