@@ -59,27 +59,30 @@ def drafts_for(mod, own, corpus, k: int) -> list[int]:
     return own.propose(k)
 
 
+def play(out: list[int], k: int, draft, emit, per_round: list) -> None:
+    """One answer's rounds: ``draft(n)`` proposes at most n tokens, the recorded answer
+    decides the accepted prefix, ``emit(tokens)`` takes it plus one more token; each
+    round's (drafted, accepted) goes to ``per_round``."""
+    t = 0
+    while t < len(out):
+        d = draft(min(k, len(out) - t - 1)) if t < len(out) - 1 else []
+        a = 0
+        while a < len(d) and d[a] == out[t + a]:
+            a += 1
+        per_round.append((len(d), a))
+        emit(out[t:t + a + 1])
+        t += a + 1
+
+
 def replay(rows: list[dict], mod, k: int, min_prob: float | None) -> dict:
     kw = {} if min_prob is None else {"min_prob": min_prob}
     corpus = mod.CorpusIndex(65536, 4, CORPUS_MIN_N if mod is new else 3, **kw)
-    rounds = drafted = accepted = 0
-    per_round = []
+    per_round: list = []
     for r in rows:
         own = mod.NGramIndex(mod.NGramConfig(4, 1, 1024, **kw), r["prompt"])
-        out, t = r["output"], 0
-        while t < len(out):
-            d = drafts_for(mod, own, corpus, min(k, len(out) - t - 1)) if t < len(out) - 1 else []
-            a = 0
-            while a < len(d) and d[a] == out[t + a]:
-                a += 1
-            rounds += 1
-            drafted += len(d)
-            accepted += a
-            per_round.append((len(d), a))
-            own.extend(out[t:t + a + 1])
-            t += a + 1
-        corpus.add(r["prompt"] + out)
-    return summary(rounds, drafted, accepted, per_round)
+        play(r["output"], k, lambda n: drafts_for(mod, own, corpus, n), own.extend, per_round)
+        corpus.add(r["prompt"] + r["output"])
+    return summary(per_round)
 
 
 def replay_suffix(rows: list[dict], k: int, depth: int = 24, factor: float = 1.0,
@@ -88,31 +91,28 @@ def replay_suffix(rows: list[dict], k: int, depth: int = 24, factor: float = 1.0
     from arctic_inference.suffix_decoding import SuffixDecodingCache
 
     cache = SuffixDecodingCache(max_tree_depth=depth, max_cached_requests=10000)
-    rounds = drafted = accepted = 0
-    per_round = []
+    per_round: list = []
     for i, r in enumerate(rows):
         cache.start_request(i, r["prompt"])
-        seq, out, t = list(r["prompt"]), r["output"], 0
-        while t < len(out):
-            d = []
-            if t < len(out) - 1:
-                d = cache.speculate(i, seq[-depth:], max_spec_tokens=min(k, len(out) - t - 1),
-                                    max_spec_factor=factor, min_token_prob=min_prob).token_ids
-            a = 0
-            while a < len(d) and d[a] == out[t + a]:
-                a += 1
-            rounds += 1
-            drafted += len(d)
-            accepted += a
-            per_round.append((len(d), a))
-            cache.add_active_response(i, out[t:t + a + 1])
-            seq += out[t:t + a + 1]
-            t += a + 1
+        seq = list(r["prompt"])
+
+        def draft(n: int) -> list[int]:
+            return cache.speculate(i, seq[-depth:], max_spec_tokens=n, max_spec_factor=factor,
+                                   min_token_prob=min_prob).token_ids
+
+        def emit(tokens: list[int]) -> None:
+            cache.add_active_response(i, tokens)
+            seq.extend(tokens)
+
+        play(r["output"], k, draft, emit, per_round)
         cache.stop_request(i)
-    return summary(rounds, drafted, accepted, per_round)
+    return summary(per_round)
 
 
-def summary(rounds: int, drafted: int, accepted: int, per_round: list) -> dict:
+def summary(per_round: list) -> dict:
+    """Totals over every round's (drafted, accepted)."""
+    rounds = len(per_round)
+    drafted, accepted = sum(d for d, _ in per_round), sum(a for _, a in per_round)
     res = {"rounds": rounds, "drafted_per_round": drafted / rounds,
            "accepted_per_round": accepted / rounds,
            "alpha_per_draft_token": accepted / max(drafted, 1)}
