@@ -321,8 +321,9 @@ class CorpusIndex:
     module's prior, none for the ``MIN_LONG_N`` key of a replay), and the chain
     goes on from the context plus the drafts as :func:`propose_reference` does
     (``min_prob``), for at most as many tokens as the match is long (as suffix
-    decoding's ``max_spec_factor`` 1: a one-token match drafts one token). Holds at most ``max_tokens`` tokens: the oldest sequences are
-    evicted first, with their index entries and counts (memory stays bounded).
+    decoding's ``max_spec_factor`` 1: a one-token match drafts one token). Holds at
+    most ``max_tokens`` tokens: the oldest sequences are evicted first, with their
+    index entries and counts (memory stays bounded).
     ``add`` costs O(max_n) dict updates per token, ``propose`` O(k * max_n) lookups
     (and at most ``MAX_EXTEND`` comparisons).
     """
