@@ -260,14 +260,14 @@ class Planner:
         corpus = self.corpus.get(req.scope) if self.corpus is not None else None
         if corpus is not None:
             drafts, n = corpus.propose(req.ngram.tokens, k)
+            room = min(k, n)  # a corpus draft is no longer than its match
             if drafts and n > own_n:
-                if len(drafts) < k:
+                if len(drafts) < room:
                     # The corpus match may sit near the end of its sequence (periodic
                     # text: the newest occurrence is the last), so it offers few tokens.
                     # Where the request's own history proposes the same tokens and more,
-                    # both agree on the shared part: take the longer run (no longer
-                    # than the match, as the corpus's own drafts).
-                    own = req.ngram.propose(min(k, n))
+                    # both agree on the shared part: take the longer run, within room.
+                    own = req.ngram.propose(room)
                     if len(own) > len(drafts) and own[:len(drafts)] == drafts:
                         return own, match_key("corpus", n)
                 return drafts, match_key("corpus", n)

@@ -51,8 +51,9 @@ def drafts_for(mod, own, corpus, k: int) -> list[int]:
     own_n = own.longest_match()
     drafts, n = corpus.propose(own.tokens, k)
     if drafts and n > own_n:
-        if len(drafts) < k:
-            o = own.propose(min(k, n) if mod is new else k)  # as planning: capped at the match
+        room = min(k, n) if mod is new else k  # as planning: capped at the match
+        if len(drafts) < room:
+            o = own.propose(room)
             if len(o) > len(drafts) and o[:len(drafts)] == drafts:
                 return o
         return drafts
