@@ -32,6 +32,7 @@ class RequestState:
     acceptance: RequestAcceptance = field(default_factory=RequestAcceptance)
     ngram: Any = None       # NGramIndex over the committed tokens (ngram/hybrid)
     shadow: Any = None      # shadow.Shadow: n-gram drafts proposed, not verified, pending
+    shadow_turn: int = -1   # ShadowBook's step of its last shadow lookup (-1: none yet)
     credit: float = 0.0     # row_credit: slack saved (+) or owed (-), in plain steps
 
     def reset_for_prefill(self) -> None:

@@ -22,7 +22,7 @@ per step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from vllm_specdec_plugin.tuning import SHADOW_K, SHADOW_ROWS
 
@@ -45,13 +45,15 @@ class Shadow:
         return (len(self.drafts), known) if known == len(self.drafts) else None
 
 
-def take_turns(candidates: list, turn: int, n: int = SHADOW_ROWS) -> list:
-    """Up to ``n`` of ``candidates``, the ``turn``-th block of n (cyclically), so that
-    a steady list of candidates is covered in ceil(len / n) consecutive turns."""
+def take_turns(candidates: list, last_turn: Callable[[Any], int], n: int = SHADOW_ROWS) -> list:
+    """Up to ``n`` of ``candidates``: those whose last turn (``last_turn``; -1: never)
+    is oldest, ties in list order. A steady list is covered in ceil(len / n)
+    consecutive steps, and who is picked depends only on the requests present, not
+    on how many steps ran before (another tenant's past traffic changes nothing:
+    ``tenancy``)."""
     if len(candidates) <= n:
         return candidates
-    s = (turn * n) % len(candidates)
-    return (candidates[s:] + candidates[:s])[:n]
+    return sorted(candidates, key=last_turn)[:n]  # stable: ties keep list order
 
 
 class ShadowBook:
@@ -65,7 +67,7 @@ class ShadowBook:
                  metrics: Any) -> None:
         self.controller, self.match_alpha = controller, match_alpha
         self.shadow_drafts, self.stats, self.metrics = shadow_drafts, stats, metrics
-        self._turn = 0  # rotates which rows get new shadow proposals
+        self._turn = 0  # steps with shadow proposals; a request's last one is its turn
 
     def book(self, req_id: str, req: Any, committed_row: Sequence[int], length: int) -> None:
         """Book a request's (``RequestState``) shadow proposal once the committed
@@ -90,8 +92,9 @@ class ShadowBook:
         end(row, req_id): the committed length at which the request finishes."""
         idle = [r for r in rows if requests[req_ids[r]].shadow is None]
         self._turn += 1
-        for row in take_turns(idle, self._turn):
+        for row in take_turns(idle, lambda r: requests[req_ids[r]].shadow_turn):
             req, length = requests[req_ids[row]], int(num_tokens_no_spec[row])
+            req.shadow_turn = self._turn  # its turn, whether or not a match is found
             drafts, match = self.shadow_drafts(req, token_ids_cpu[row], length, SHADOW_K,
                                                end(row, req_ids[row]))
             if drafts:

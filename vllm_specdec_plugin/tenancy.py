@@ -12,7 +12,8 @@ one request's text and uses for another follows the same rule:
 A scope key (``scope_key``) names who shares: ``("salt", salt)`` per salt (``None``
 for unsalted), ``("global",)`` for every request, ``None`` for a request whose salt
 did not reach the worker (it shares with no one). What stays per worker, shared by
-every request: the step-cost model (wall-clock timings: they reveal load, not text)
+every request: the step-cost model (wall-clock timings: they reveal load, not text),
+the per-step budget of shadow lookups (``shadow.take_turns``: by the rows present)
 and, with adaptive k, the whole-batch check and the probe schedule.
 
 Standard library only (``adaptive`` imports it).

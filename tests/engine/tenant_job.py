@@ -10,6 +10,11 @@ more step, as a server would, so the worker hears of the finished requests.
 
 OUT.json: {"phases": {name: [{"token_ids", "finish_reason", "spec_decode"}]},
            "corpus": {name: proposer corpus tokens per scope after the phase}}
+
+The step-cost model is fed modelled seconds (``_model_clock``), not the wall clock:
+hybrid's source choice reads the fitted costs, so timing noise alone would change the
+drafted counts that the tenancy test compares between runs. The model is exactly
+linear, so any run's fit reaches the same costs whatever other tenants sent.
 """
 
 from __future__ import annotations
@@ -18,11 +23,25 @@ import json
 import sys
 
 
+def _model_clock() -> None:
+    """Replace measured seconds by a fixed linear model of the step's work (the engine
+    runs in this process: VLLM_ENABLE_V1_MULTIPROCESSING=0)."""
+    from vllm_specdec_plugin.step_cost import StepCost
+
+    target, draft, spec = (StepCost.observe_target_step, StepCost.observe_draft_step,
+                           StepCost.observe_spec_overhead)
+    StepCost.observe_target_step = lambda self, _s, n, m=0: target(
+        self, 0.02 + 0.0004 * n + 0.0002 * m, n, m)
+    StepCost.observe_draft_step = lambda self, _s, p, n: draft(self, 0.001 * p + 0.0001 * n, p, n)
+    StepCost.observe_spec_overhead = lambda self, _s: spec(self, 0.001)
+
+
 def main(job_path: str, out_path: str) -> None:
     from vllm import LLM, SamplingParams
 
     from vllm_specdec_plugin.compat.introspect import flush_finished, proposer_snapshot
 
+    _model_clock()
     job = json.loads(open(job_path).read())
     llm = LLM(**job["engine"])
     engine = llm.llm_engine

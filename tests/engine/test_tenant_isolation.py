@@ -4,8 +4,9 @@ prefix cache is, and aborted requests feed no corpus.
 Hybrid mode, greedy, float32, CI pair. Tenant A (salt "a") sends held-out code;
 tenant B (salt "b") then sends the same texts' first halves. B's outputs, per-request
 acceptance and drafted counts must equal those of a run in which A sent nothing
-(both runs start with the same warm-up from a third tenant, so the step-cost model
-is warm in both). The negative control, ``ngram_corpus_scope: global``, shows the
+(both runs start with the same warm-up from a third tenant; the step-cost model is
+fed modelled timings, ``tenant_job._model_clock``, since hybrid's source choice
+reads the fitted costs and wall-clock noise alone would move the counts). The negative control, ``ngram_corpus_scope: global``, shows the
 leak: there B drafts from A's text.
 """
 

@@ -19,8 +19,21 @@ def test_a_shadow_is_pending_until_a_mismatch_or_every_draft_is_committed():
 
 
 def test_rows_take_turns_for_new_shadows():
-    rows = list(range(10))
-    picked = [take_turns(rows, turn, 4) for turn in range(3)]
+    rows, last = list(range(10)), {r: -1 for r in range(10)}
+    picked = []
+    for turn in range(3):
+        picked.append(take_turns(rows, last.get, 4))
+        last.update({r: turn for r in picked[-1]})
     assert [len(p) for p in picked] == [4, 4, 4]
     assert set().union(*map(set, picked)) == set(rows)  # every row within three steps
-    assert take_turns([1, 2], 5, 4) == [1, 2]
+    assert take_turns([1, 2], last.get, 4) == [1, 2]
+
+
+def test_who_takes_a_turn_depends_on_the_rows_present_not_on_past_steps():
+    # another tenant's earlier traffic advanced the step count: the same rows with the
+    # same relative history pick the same turns
+    rows = [0, 1, 2, 3, 4, 5]
+    fresh = {r: -1 for r in rows}
+    assert take_turns(rows, fresh.get, 4) == [0, 1, 2, 3]
+    after = {0: 500, 1: 500, 2: 500, 3: 500, 4: -1, 5: -1}
+    assert take_turns(rows, after.get, 4) == [4, 5, 0, 1]
