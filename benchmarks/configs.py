@@ -106,6 +106,8 @@ TABLE: list[Entry] = [
           specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.2}),
     Entry("plugin-hybrid-adaptive-slack05", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.05}),
+    Entry("plugin-hybrid-adaptive-slack10", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.1}),
     # The draft proposes only from the pair's draft_vocab.json (the real pair ships one:
     # 16,384 of 49,152 ids), so its head computes a third of the logits.
     Entry("plugin-hybrid-adaptive-vocab", "plugin", (8,),
