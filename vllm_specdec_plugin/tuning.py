@@ -73,7 +73,10 @@ SHADOW_ROWS = 4  # not measured: new shadow proposals per step (CPU: one n-gram 
 #   1.08x; no bound: 1.37x / 1.20x but TPOT p99 1.20x at c = 16.
 # - bench, unique, c = 64 (results/2026-11-27-3f4c4aa-serving-bench-unique-c64-rowslack/):
 #   1.01x vs 0.99x, TPOT p99 1.06x vs 1.03x (A/A 0.99x): the same within the spread.
-# Other values not measured; c = 1-4 and Poisson rates not rerun with 0.2.
+# - smol, ShareGPT, 0.1 against 0.2 (results/2026-11-27-99e62eb-serving-smol-sharegpt-rowslack10/):
+#   c = 8, 16, 32 and 8 req/s: 0.1's throughput 0.88-0.98x of 0.2's in all 8 paired
+#   repetitions, TPOT p50 1.00-1.22x; TPOT p99 lower only at c = 8 (1.14x vs 1.25x).
+# Other values not measured.
 ROW_SLACK = 0.2
 # The most slack a request may save up or owe (row_credit.py), in plain steps: a step
 # may slow a row by at most 1 + row_slack + this, and the bound holds over the
