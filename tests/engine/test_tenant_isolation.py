@@ -6,8 +6,9 @@ tenant B (salt "b") then sends the same texts' first halves. B's outputs, per-re
 acceptance and drafted counts must equal those of a run in which A sent nothing
 (both runs start with the same warm-up from a third tenant; the step-cost model is
 fed modelled timings, ``tenant_job._model_clock``, since hybrid's source choice
-reads the fitted costs and wall-clock noise alone would move the counts). The negative control, ``ngram_corpus_scope: global``, shows the
-leak: there B drafts from A's text.
+reads the fitted costs and wall-clock noise alone would move the counts). The
+negative control, ``ngram_corpus_scope: global``, shows the leak: there B drafts
+from A's text.
 """
 
 from __future__ import annotations
