@@ -74,6 +74,10 @@ TABLE: list[Entry] = [
     # Its paired ratios to nospec are the run's noise floor (machine drift, batch
     # timing); a method whose ratios stay inside that spread differs by no measured amount.
     Entry("nospec-again", "none"),
+    # More servers without speculation, for checking how much one server process's
+    # speed varies with its start order or by process (the A/A control's spread).
+    Entry("nospec-a3", "none"),
+    Entry("nospec-a4", "none"),
     Entry("draft_model", "draft_model", K_SWEEP),
     Entry("ngram", "ngram", (4,), spec={"prompt_lookup_max": 4, "prompt_lookup_min": 1}),
     # vLLM's suffix decoding (arctic-inference); k is its ceiling per step. Above
