@@ -23,11 +23,18 @@ workloads (``WORKLOADS``):
   from earlier answers; these cells show what replayed traffic gets, never what a
   first-time prompt gets.
 
-Schedule: all servers of the run are started and warmed first; then for each
-repetition, every (workload, load) cell in a shuffled order, every server in a
-shuffled order, so a configuration and its baseline are measured minutes apart. Only
-one server has load at any moment; the others idle. The CPU used by anything else
-during a cell is recorded (``foreign_cpus``) and cells above 0.25 CPUs are flagged.
+Schedule: each repetition starts every server afresh, one at a time in a shuffled
+order, and warms it; then runs every (workload, load) cell in a shuffled order, every
+server in a shuffled order, so a configuration and its baseline are measured minutes
+apart; then stops them all. Only one server has load at any moment; the others idle.
+Fresh processes per repetition because one process's speed is partly luck of its
+start: on this project's CPU machines two identical servers differed by 7-15 % for
+their whole lives, the slower one the first started, or one restarted in its place
+(``results/2026-11-27-356e7a6-serving-bench-aa-start-order/``). Restarting in a
+new order each repetition turns that into spread between repetitions, which the A/A
+control shows, instead of a bias that stays with one configuration. The CPU used by
+anything else during a cell is recorded (``foreign_cpus``) and cells above 0.25 CPUs
+are flagged.
 
 Writes ``serving.json`` (one cell per run of ``vllm bench serve``: vLLM's own result
 keys, tagged with config, workload, max_concurrency or request_rate, repetition),
@@ -89,18 +96,31 @@ def run(args: argparse.Namespace) -> dict:
                           "machine": machine.machine_info(), "git": machine.git_info(),
                           "versions": machine.versions()},
                  "cells": []}
-    try:
-        for c in configs:   # started one at a time: CPU compiles are slow when they overlap
-            s = Server(c, target, draft, args, out / f"serve-{c.name}.log")
+
+    def start_all(rep: int) -> list[Server]:
+        """Every configuration's server, started one at a time (CPU compiles are slow
+        when they overlap) in a shuffled order, then warmed at concurrency 1 (first
+        requests pay one-time costs; not recorded)."""
+        order = list(configs)
+        rng.shuffle(order)
+        res["meta"].setdefault("start_order", []).append([c.name for c in order])
+        for c in order:
+            s = Server(c, target, draft, args, out / f"serve-{c.name}-rep{rep}.log")
             servers.append(s)
             s.wait_ready(args.start_timeout)
-            print(f"[serving] {c.name} ready on port {s.port}", flush=True)
+            print(f"[serving] rep {rep}: {c.name} ready on port {s.port}", flush=True)
         for s in servers:
             meter.mine |= s.pids()
-            # Warm-up at concurrency 1 (first requests pay one-time costs); not recorded.
             bench(s, "mixed", Load("max_concurrency", 1), 2, args, dataset, out / "warmup.json",
                   target)
-        rng = random.Random(args.seed)
+        return list(servers)
+
+    def stop_all() -> None:
+        while servers:
+            servers.pop().stop()
+
+    rng = random.Random(args.seed)
+    try:
         lengths_rng = random.Random(args.seed + 1)   # its own stream: cell order unchanged
 
         def _lengths(n: int) -> list[int] | None:
@@ -109,6 +129,7 @@ def run(args: argparse.Namespace) -> dict:
 
         mixed = load_prompt_set("mixed")
         for rep in range(args.reps):
+            running = start_all(rep)
             rng.shuffle(cells)
             for workload, load in cells:
                 n, data = load.num_prompts(per_load), dataset
@@ -122,7 +143,7 @@ def run(args: argparse.Namespace) -> dict:
                 elif args.output_spread:   # each request its own length: n lines, no resampling
                     data = write_prompts(out / "cell.jsonl", [mixed[i % len(mixed)] for i in range(n)],
                                          _lengths(n))
-                order = list(servers)
+                order = list(running)
                 rng.shuffle(order)
                 for s in order:
                     meter.wait_quiet(args.wait_quiet_s)
@@ -148,9 +169,9 @@ def run(args: argparse.Namespace) -> dict:
                           f"{cell.get('output_throughput', 0):.1f} tok/s, TPOT p50 "
                           f"{cell.get('median_tpot_ms', 0):.1f} ms", flush=True)
                     (out / "serving.json").write_text(json.dumps(res, indent=1))
+            stop_all()
     finally:
-        for s in servers:
-            s.stop()
+        stop_all()
         for f in ("last.json", "warmup.json", "cell.jsonl", "cell.json"):
             (out / f).unlink(missing_ok=True)
     res["meta"]["finished"] = dt.datetime.now().isoformat(timespec="seconds")
