@@ -24,6 +24,11 @@ servers = {n: start(n) for n in order}
 print("started", order, flush=True)
 for r in range(2):
     for n in order: meas(servers[n], f"phase1 r{r}")
+if len(sys.argv) > 2:
+    for r in range(1):
+        for n in order: meas(servers[n], f"phase1b r{r}")
+    for s in servers.values(): s.stop()
+    sys.exit()
 first = order[0]
 servers[first].stop(); time.sleep(5)
 servers[first] = start(first)
