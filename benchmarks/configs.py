@@ -121,6 +121,11 @@ TABLE: list[Entry] = [
     # to k whatever the followers' frequencies): what the threshold does, in one run.
     Entry("plugin-hybrid-adaptive-p0", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "ngram_min_prob": 0.0}),
+    # The plugin's floor: n-gram drafting that never drafts (no follower reaches a
+    # confidence of 1), adaptive, no draft model. Every step runs the proposer's
+    # planning and verifies nothing: what the machinery costs where speculation can't pay.
+    Entry("plugin-floor", "plugin-nodraft", (8,),
+          specdec={"method": "ngram", "adaptive": True, "ngram_min_prob": 1.0}),
     # One corpus and one set of acceptance statistics for every request (single
     # tenant): against the default per-salt scope it prices tenant isolation.
     Entry("plugin-hybrid-adaptive-global", "plugin", (8,),
