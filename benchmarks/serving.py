@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -97,10 +98,10 @@ def run(args: argparse.Namespace) -> dict:
                           "versions": machine.versions()},
                  "cells": []}
 
-    def start_all(rep: int) -> list[Server]:
-        """Every configuration's server, started one at a time (CPU compiles are slow
-        when they overlap) in a shuffled order, then warmed at concurrency 1 (first
-        requests pay one-time costs; not recorded)."""
+    def start_all(rep: int) -> None:
+        """Every configuration's server into ``servers``, started one at a time (CPU
+        compiles are slow when they overlap) in a shuffled order, then warmed at
+        concurrency 1 (first requests pay one-time costs; not recorded)."""
         order = list(configs)
         rng.shuffle(order)
         res["meta"].setdefault("start_order", []).append([c.name for c in order])
@@ -109,11 +110,11 @@ def run(args: argparse.Namespace) -> dict:
             servers.append(s)
             s.wait_ready(args.start_timeout)
             print(f"[serving] rep {rep}: {c.name} ready on port {s.port}", flush=True)
+        meter.mine = {os.getpid()}   # this process and this repetition's servers only
         for s in servers:
             meter.mine |= s.pids()
             bench(s, "mixed", Load("max_concurrency", 1), 2, args, dataset, out / "warmup.json",
                   target)
-        return list(servers)
 
     def stop_all() -> None:
         while servers:
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> dict:
 
         mixed = load_prompt_set("mixed")
         for rep in range(args.reps):
-            running = start_all(rep)
+            start_all(rep)
             rng.shuffle(cells)
             for workload, load in cells:
                 n, data = load.num_prompts(per_load), dataset
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> dict:
                 elif args.output_spread:   # each request its own length: n lines, no resampling
                     data = write_prompts(out / "cell.jsonl", [mixed[i % len(mixed)] for i in range(n)],
                                          _lengths(n))
-                order = list(running)
+                order = list(servers)
                 rng.shuffle(order)
                 for s in order:
                     meter.wait_quiet(args.wait_quiet_s)
