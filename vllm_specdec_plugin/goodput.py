@@ -11,13 +11,11 @@ A cycle is the proposer's call that planned a step plus that target step, in
 seconds, less the fitted cost of its prefill tokens (``p·m``, ``step_cost``); it
 emitted E tokens over B rows.
 
-- Batches are bucketed by powers of two of B. In each bucket, plain cycles (no
-  drafts verified) fit C(B) = a + b·B seconds (``TargetFit``): a bucket's own, since
-  a line through a busy server's cycles says little about B = 1.
-- Each verifying cycle adds E to its bucket's tokens and c·B/C(B) to its
+- Plain cycles (no drafts verified) fit C(B) = a + b·B seconds (``TargetFit``).
+- Each verifying cycle adds E to its batch bucket's tokens and c·B/C(B) to its
   plain-equivalent tokens (what plain cycles would have emitted in its time); the
   bucket's gain g = Σ tokens / Σ plain-equivalent tokens, both decaying by
-  ``GOODPUT_DECAY`` per verifying cycle. A bucket without plain cycles books none.
+  ``GOODPUT_DECAY`` per verifying cycle. Buckets are powers of two of B.
 - Drafting is allowed at batch B unless B's bucket has at least
   ``GOODPUT_MIN_CYCLES`` (decayed) verifying cycles and g < 1 + ``MIN_GAIN``.
 - While it is not, every row is held ("goodput") except on trial steps: a stretch of
@@ -51,7 +49,7 @@ class GoodputCheck:
                  every: int = PROBE_EVERY, most: int = PROBE_MAX) -> None:
         self.decay, self.min_cycles, self.min_gain = decay, min_cycles, min_gain
         self.trial_steps, self.every, self.most = trial_steps, every, most
-        self._plain: dict[int, TargetFit] = {}  # per bucket, C(B): plain cycle seconds
+        self.plain = TargetFit(STEP_FIT_DECAY)  # C(B): plain cycle seconds
         # per bucket: [Σ tokens, Σ plain-equivalent tokens, Σ cycles], decayed
         self._buckets: dict[int, list[float]] = {}
         self._plan_s = 0.0  # seconds of the proposer call that planned the next step
@@ -73,17 +71,14 @@ class GoodputCheck:
         self._plan_s = 0.0
         if rows < 1 or cycle <= 0:
             return
-        key = bucket(rows)
-        fit = self._plain.get(key)
         if not verified:
-            if fit is None:
-                fit = self._plain[key] = TargetFit(STEP_FIT_DECAY)
-            fit.add(cycle, rows, 0)
+            self.plain.add(cycle, rows, 0)
             return
-        if fit is None:
-            return  # no baseline at this batch yet
-        plain = cycle * rows / (fit.a + fit.b * rows)
-        b = self._buckets.setdefault(key, [0.0, 0.0, 0.0])
+        if self.plain.a is None:
+            return  # no baseline yet
+        base = self.plain.a + self.plain.b * rows
+        plain = cycle * rows / base
+        b = self._buckets.setdefault(bucket(rows), [0.0, 0.0, 0.0])
         f = self.decay
         b[0] = f * b[0] + emitted
         b[1] = f * b[1] + plain
