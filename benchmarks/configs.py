@@ -126,10 +126,6 @@ TABLE: list[Entry] = [
     # planning and verifies nothing: what the machinery costs where speculation can't pay.
     Entry("plugin-floor", "plugin-nodraft", (8,),
           specdec={"method": "ngram", "adaptive": True, "ngram_min_prob": 1.0}),
-    # Adaptive without the goodput check (the controllers' predictions alone decide):
-    # the check's before/after in one run.
-    Entry("plugin-hybrid-adaptive-nocheck", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "goodput_check": False}),
     # One corpus and one set of acceptance statistics for every request (single
     # tenant): against the default per-salt scope it prices tenant isolation.
     Entry("plugin-hybrid-adaptive-global", "plugin", (8,),

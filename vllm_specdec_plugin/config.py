@@ -110,12 +110,6 @@ class SpecDecConfig:
     expected time per token grows by more than this. Larger values trade tail latency
     (TPOT p99) for throughput; 1000 leaves the decision to the batch's mean alone."""
 
-    goodput_check: bool = True
-    """Adaptive: stop drafting at a batch size where verifying steps, measured whole
-    (the proposer's own host time and the rows they hold included), emit no more
-    tokens per second than plain steps; a few trial steps re-measure now and then
-    (``goodput``). Off: the controllers' predictions alone decide."""
-
     num_speculative_tokens: int = 4
     """k: draft tokens proposed per request and round (vLLM's num_speculative_tokens)."""
 
@@ -184,10 +178,12 @@ class SpecDecConfig:
         if self.method not in ("draft", "ngram", "hybrid"):
             raise SpecDecConfigError(
                 f"method {self.method!r} is not one of draft, ngram, hybrid. Fix: use one of them.")
-        for name in ("step_plan", "goodput_check", "adaptive"):
-            if not isinstance(getattr(self, name), bool):
-                raise SpecDecConfigError(f"{name} must be true or false, got "
-                                         f"{getattr(self, name)!r}. Fix: use a JSON boolean.")
+        if not isinstance(self.step_plan, bool):
+            raise SpecDecConfigError(
+                f"step_plan must be true or false, got {self.step_plan!r}. Fix: use a JSON boolean.")
+        if not isinstance(self.adaptive, bool):
+            raise SpecDecConfigError(
+                f"adaptive must be true or false, got {self.adaptive!r}. Fix: use a JSON boolean.")
         if not (isinstance(self.ngram_min_n, int) and isinstance(self.ngram_max_n, int)
                 and 1 <= self.ngram_min_n <= self.ngram_max_n):
             raise SpecDecConfigError(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_specdec_plugin.match_pricing import ngram_alpha
 from vllm_specdec_plugin.speedup import shrunk_alpha
 from vllm_specdec_plugin.step_plan import StepPrice
 from vllm_specdec_plugin.tuning import PRIOR_WEIGHT
@@ -30,7 +29,7 @@ def plan_hint(proposer: Any) -> tuple[StepPrice | None, dict[str, float]]:
             continue
         c = proposer.controllers.get(req.source)
         if req.source == "ngram" and req.match is not None and c is not None:
-            alphas[rid] = ngram_alpha(c, proposer.match_alpha, rid, req.match)
+            alphas[rid] = proposer._ngram_alpha(rid, req.match)
         elif c is not None:
             alphas[rid] = c.alpha(rid)
         else:

@@ -8,8 +8,7 @@ drafts. For every running request the proposer
 
 1. rolls its draft KV back to the accepted length (``request_state.roll_back``);
 2. plans the round (``planning``): n-gram drafts, a draft-model plan, or none; with
-   adaptive k the step as a whole must pay its fixed cost (``batch_check``), and
-   whole steps measured must pay at this batch size (``goodput``);
+   adaptive k the step as a whole must pay its fixed cost (``batch_check``);
 3. runs the draft-model plans as one batched round (``draft/batch.py``, ``round.py``): the
    committed tokens the draft has not seen (lazy prefill, chunked under a budget),
    then k-1 decode passes, on vLLM's model class and attention backend over the
@@ -25,9 +24,7 @@ cost model (``step_cost``); the module map in docs/design.md names the rest.
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -42,9 +39,8 @@ from vllm_specdec_plugin.config import SpecDecConfig, from_vllm_config, resolve_
 from vllm_specdec_plugin.draft.checks import check_draft_compatible, resolve_draft_path
 from vllm_specdec_plugin.draft.batch import DraftBatch
 from vllm_specdec_plugin.draft.setup import load_draft, log_vocab_buffers
-from vllm_specdec_plugin.goodput import GoodputCheck
 from vllm_specdec_plugin.kv import BlockAllocator
-from vllm_specdec_plugin.match_pricing import MatchAlpha, ngram_alpha
+from vllm_specdec_plugin.match_pricing import MatchAlpha, MatchKey
 from vllm_specdec_plugin.metrics import ProposerMetrics
 from vllm_specdec_plugin.planning import Plan, Planner
 from vllm_specdec_plugin.request_state import RequestState, commit_round, keep_scheduled, roll_back
@@ -114,9 +110,7 @@ class DraftModelProposer:
         self.metrics = ProposerMetrics(str(getattr(mc, "served_model_name", None) or mc.model))
         self.rounds = DraftBatch(self.config.draft_sampling, self.grammars, self.vocab_size,
                                  self.stats, self.metrics, self.step_cost)
-        # adaptive: whole steps, measured, may stop drafting where predictions pay but steps don't
-        self.goodput = GoodputCheck() if self.config.adaptive and self.config.goodput_check else None
-        self.steps = StepRecorder(self.step_cost, self.metrics, self.config.row_slack, self.goodput)
+        self.steps = StepRecorder(self.step_cost, self.metrics, self.config.row_slack)
         self.shadows = ShadowBook(self.controllers["ngram"], self.match_alpha,
                                   self.planner.shadow_drafts, self.stats, self.metrics) \
             if self.match_alpha is not None else None
@@ -224,7 +218,6 @@ class DraftModelProposer:
         out: list[list[int]] = [[] for _ in sampled_token_ids]
         if self.runner is None or not self.ready:
             return out  # warm-up before the first scheduler output
-        t0 = time.perf_counter()
         req_ids = runner_hooks.batch_req_ids(self.runner)
         self.steps.end(sampled_token_ids, req_ids, self.requests,
                        runner_hooks.take_exact_sampler_seconds(self.runner))
@@ -237,22 +230,20 @@ class DraftModelProposer:
                                   int(num_tokens_no_spec[row]))
         self.metrics.verified(self.stats.drafted - drafted0, self.stats.accepted - accepted0)
         batch = len(rows)
-        adaptive = self.config.adaptive and (self.goodput is None or self.goodput.allows(batch))
         choices = {}
         for src, c in self.controllers.items():
-            if adaptive:
+            if self.config.adaptive:
                 choices[src] = c.choose([req_ids[r] for r in rows], batch)
             else:
                 c.begin_step()
-        estimates = {src: (partial(ngram_alpha, c, self.match_alpha) if src == "ngram" else c.alpha,
+        estimates = {src: (self._ngram_alpha if src == "ngram" else c.alpha,
                            c.cost_per_draft(batch), c.fixed_cost(batch))
                      for src, c in self.controllers.items()}
         backed_off0 = self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
         probing = any(c.probing for c in self.controllers.values())
         load_probe = any(c.load_probing for c in self.controllers.values())
-        if self.prompts_next or (self.config.adaptive and not adaptive):
-            held = dict.fromkeys((req_ids[r] for r in rows),
-                                 "prompt_next" if self.prompts_next else "goodput")
+        if self.prompts_next:
+            held = dict.fromkeys((req_ids[r] for r in rows), "prompt_next")
         elif self.config.adaptive:
             held = batch_check.held([req_ids[r] for r in rows], batch, choices, estimates,
                                     self.k, probing)
@@ -309,7 +300,7 @@ class DraftModelProposer:
         verifies = any(out)
         if verifies:
             self.stats.rounds += 1
-        if adaptive:  # after every cut (batch check, grammar, pool): the truth
+        if self.config.adaptive:  # after every cut (batch check, grammar, pool): the truth
             for c in self.controllers.values():
                 c.step_verifies(verifies)
         self.metrics.step_done((len(d) for d in out if d), self._step_no_draft,
@@ -320,8 +311,6 @@ class DraftModelProposer:
         self._step_no_draft.clear()
         if self.allocator is not None:
             self.metrics.kv_blocks(self.allocator.num_used, self.allocator.num_blocks)
-        if self.goodput is not None:
-            self.goodput.planned(time.perf_counter() - t0)
         return out
 
     # ------------------------------------------------------------ bookkeeping
@@ -343,6 +332,15 @@ class DraftModelProposer:
 
     def _end(self, row: int, req_id: str) -> int | None:
         return end_of(self.runner, row, req_id)
+
+    def _ngram_alpha(self, req_id: str, match: MatchKey | None = None) -> float:
+        """α of a request's n-gram drafts; with ``match``, of a proposal from a match
+        in that bucket (``match_pricing``; ``ANY_MATCH``: the most any could get)."""
+        c = self.controllers["ngram"]  # exists exactly when match_alpha does
+        if match is None:
+            return c.alpha(req_id)
+        scope = c.scope_of(req_id)
+        return self.match_alpha.get(scope).alpha(match, c.alpha(req_id), c.global_alpha(scope))
 
     def plan_hint(self) -> tuple | None:
         """For the scheduler's step plan, with this step's drafts (``plan_hint``);

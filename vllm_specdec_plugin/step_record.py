@@ -10,8 +10,8 @@ ends it (``end``). Its tokens split in two:
   ``SchedulerOutput``).
 
 Every step goes to ``StepCost.observe_target_step`` (less the exact sampler's
-seconds, priced apart as σ) and to the goodput check (``goodput``, whole), and each
-decode step without prefill to its rows' credit (``row_credit``). When the scheduled counts are unknown, a step with a
+seconds, priced apart as σ), and each decode step without prefill to its rows'
+credit (``row_credit``). When the scheduled counts are unknown, a step with a
 prefill row is not recorded. The ``verify``/``plain`` step histogram and σ take
 only steps without prefill: a prefill step's time says nothing about decoding, and
 its last chunk's rows also sample on the exact path.
@@ -23,7 +23,6 @@ import logging
 import time
 from typing import Any, Mapping
 
-from vllm_specdec_plugin.goodput import GoodputCheck
 from vllm_specdec_plugin.row_credit import settle
 from vllm_specdec_plugin.step_cost import StepCost
 from vllm_specdec_plugin.tuning import FIT_LOG_S
@@ -63,12 +62,10 @@ def split_tokens(sampled_token_ids: list[list[int]], req_ids: list[str],
 class StepRecorder:
     """The step timer: ``begin`` at the scheduler output, ``end`` in propose()."""
 
-    def __init__(self, cost: StepCost, metrics: Any, slack: float,
-                 goodput: GoodputCheck | None = None) -> None:
+    def __init__(self, cost: StepCost, metrics: Any, slack: float) -> None:
         self.cost = cost
         self.metrics = metrics  # ProposerMetrics
         self.slack = slack  # row_slack, for the rows' credit (row_credit)
-        self.goodput = goodput  # the measured check of whole cycles (``goodput``), if on
         self._t0: float | None = None  # when the current engine step began
         self._logged = time.perf_counter()  # when the fit was last logged
         self._scheduled: Mapping[str, int] | None = None
@@ -95,16 +92,14 @@ class StepRecorder:
         exact_s = min(exact_s, seconds)
         if n + m:
             self.cost.observe_target_step(seconds - exact_s, n, m)
-        rows = sum(1 for s in sampled_token_ids if s)
-        emitted = sum(len(s) for s in sampled_token_ids)
-        if self.goodput is not None:
-            self.goodput.observe(seconds, rows, emitted, self.cost.target.p * m, verify)
         if m:
             return
+        rows = sum(1 for s in sampled_token_ids if s)
         plain, whole = self.cost.step_time(rows), self.cost.step_time(n)
         if plain and whole:  # F: the step in plain steps at its batch, as fair_ks predicts
             step = whole / plain + (self.cost.fixed_cost(rows) if verify else 0.0)
             settle(sampled_token_ids, req_ids, requests, step, self.slack)
+        emitted = sum(len(s) for s in sampled_token_ids)
         self.metrics.target_step("verify" if verify else "plain", seconds, emitted)
         if verify:
             self.cost.observe_spec_overhead(exact_s)
@@ -122,5 +117,3 @@ class StepRecorder:
                     " σ %s ms; at B %d: v %.3f, σ(B) %.3f, c'(B) %s", ms(f["a"]), ms(f["b"]),
                     ms(f["p"]), ms(f["spec_s"]), batch, cost.load_cost(batch),
                     cost.fixed_cost(batch), "-" if c_prime is None else f"{c_prime:.3f}")
-        if self.goodput is not None:
-            logger.info("specdec: goodput check: %s", self.goodput.snapshot())

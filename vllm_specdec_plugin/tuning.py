@@ -93,8 +93,3 @@ CREDIT_MAX = 1.0
 # 1.06x, c = 8 1.31x vs 1.11x, repetitions overlapping; throughput c = 4 1.54x vs 1.39x.
 # 0 is not better; other values not measured.
 TTFT_SLACK = 0.05
-
-# -- the goodput check (goodput.py) ------------------------------------------------------
-GOODPUT_DECAY = 0.95  # not measured: weight kept per verifying cycle (~20-cycle window per batch bucket)
-GOODPUT_MIN_CYCLES = 8.0  # not measured: decayed verifying cycles a bucket needs before its gain can stop drafting
-GOODPUT_TRIAL_STEPS = 4  # not measured: steps a trial plans as usual (the first also pays the draft's catch-up)

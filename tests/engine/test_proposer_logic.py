@@ -6,7 +6,6 @@ The draft is the ci fixture draft, run through vLLM's model class and CPU attent
 backend in this process; the reference is transformers' forward of the same weights.
 The "target" accepts a chosen number of drafts."""
 
-from functools import partial
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,7 +14,6 @@ import torch
 
 from vllm_specdec_plugin import batch_check
 from vllm_specdec_plugin.compat import standalone
-from vllm_specdec_plugin.match_pricing import ngram_alpha
 from vllm_specdec_plugin.proposer import DraftModelProposer
 from vllm_specdec_plugin.tenancy import UNSALTED
 
@@ -345,32 +343,6 @@ def test_a_step_that_cannot_pay_is_held_without_planning(tiny, monkeypatch):
     assert planned == ids and d[0] == [3, 1, 2, 3]
 
 
-def test_goodput_check_holds_every_row_unplanned_where_whole_steps_do_not_pay(tiny, monkeypatch):
-    """Where the measured check says verifying steps do not pay at this batch, no row
-    is planned and none asks its controller; every row is counted "goodput". The
-    check exists only with adaptive k and goes with ``goodput_check: false``."""
-    _, path = tiny
-    ids = [f"r{i}" for i in range(4)]
-    p = _hybrid_with_costs(monkeypatch, path, ids, sigma_s=0.0)
-    assert p.goodput is not None and p.steps.goodput is p.goodput
-    planned, asked = [], []
-    plan = p.planner.plan
-    monkeypatch.setattr(p.planner, "plan", lambda *a, **kw: planned.append(a[1]) or plan(*a, **kw))
-    for c in p.controllers.values():
-        choose = c.choose
-        monkeypatch.setattr(c, "choose", lambda *a, _c=choose: asked.append(1) or _c(*a))
-    monkeypatch.setattr(p.goodput, "allows", lambda batch: False)
-    seqs = [[1, 2, 3, 1, 2, 3, 1, 2] for _ in ids]
-    n, arr = Batch(seqs).arrays()
-    assert p.propose([[s[-1]] for s in seqs], n, arr) == [[]] * 4
-    assert planned == [] and asked == [] and p.stats.no_draft["goodput"] == 4
-    monkeypatch.setattr(p.goodput, "allows", lambda batch: True)
-    assert p.propose([[s[-1]] for s in seqs], n, arr)[0] == [3, 1, 2, 3]
-    assert planned == ids and asked
-    assert make_proposer(monkeypatch, path, k=4, adaptive=True, goodput_check=False).goodput is None
-    assert make_proposer(monkeypatch, path, k=4).goodput is None
-
-
 def test_a_row_held_for_its_alpha_keeps_the_step_open_when_a_long_match_could_pay(
         tiny, monkeypatch):
     """The step pre-check bounds an n-gram row as the planner offers it: a row whose
@@ -380,7 +352,7 @@ def test_a_row_held_for_its_alpha_keeps_the_step_open_when_a_long_match_could_pa
     p = make_proposer(monkeypatch, path, k=8, method="hybrid", adaptive=True)
     attach(p, FakeRunner(["a"]))
     choices = {"ngram": {"a": (0, "adaptive")}, "draft": {"a": (0, "adaptive")}}
-    estimates = {"ngram": (partial(ngram_alpha, p.controllers["ngram"], p.match_alpha), 0.05, 0.3),
+    estimates = {"ngram": (p._ngram_alpha, 0.05, 0.3),
                  "draft": (p.controllers["draft"].alpha, 0.3, 0.3)}
     for _ in range(6):
         p.controllers["ngram"].observe_round("a", 4, 0)  # its own rounds all failed

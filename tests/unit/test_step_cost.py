@@ -233,8 +233,7 @@ PURE = {  # module -> the package modules it may import (each itself pure)
     "tuning": set(),
     "speedup": {"tuning"},
     "step_cost": {"tuning"},
-    "step_record": {"goodput", "row_credit", "step_cost", "tuning"},
-    "goodput": {"step_cost", "tuning"},
+    "step_record": {"row_credit", "step_cost", "tuning"},
     "row_credit": {"tuning"},
     "adaptive": {"speedup", "step_cost", "tenancy", "tuning"},
     "match_pricing": {"speedup", "tuning"},
@@ -242,7 +241,7 @@ PURE = {  # module -> the package modules it may import (each itself pure)
     "shadow": {"tuning"},
     "tenancy": {"ngram"},
     "step_plan": {"speedup", "tuning"},
-    "plan_hint": {"match_pricing", "speedup", "step_plan", "tuning"},
+    "plan_hint": {"speedup", "step_plan", "tuning"},
 }
 STDLIB = {"__future__", "math", "statistics", "collections", "dataclasses", "typing", "time",
           "itertools", "heapq", "logging"}
