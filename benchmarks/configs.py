@@ -100,6 +100,10 @@ TABLE: list[Entry] = [
     # default 0.05: what the allowance costs the first token and buys in throughput.
     Entry("plugin-hybrid-adaptive-ttft0", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "ttft_slack": 0.0}),
+    # Without prefill_split (vLLM admits every waiting prompt its budget holds in one
+    # step): what admitting bunched arrivals one step at a time does to the first token.
+    Entry("plugin-hybrid-adaptive-nosplit", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "prefill_split": False}),
     # The same without the per-request bound (row_slack 1000: the batch's mean alone
     # decides): what protecting every request's TPOT costs, in one run.
     Entry("plugin-hybrid-adaptive-meanonly", "plugin", (8,),

@@ -20,9 +20,9 @@ from pathlib import Path
 from benchmarks.serving_server import BIN, SERVER_ENV, Server
 from benchmarks.workloads import load_prompt_set
 
-# vLLM's result keys kept per cell (the per-request lists are dropped).
-DROP_KEYS = ("ttfts", "itls", "input_lens", "output_lens", "generated_texts", "errors",
-             "start_times")
+# vLLM's result keys dropped per cell: the texts and per-token lists. Per request,
+# ttfts, start_times, input_lens and output_lens stay (``--save-detailed``).
+DROP_KEYS = ("itls", "generated_texts", "errors")
 # name -> (vllm bench serve backend, endpoint). "unique" and "sharegpt": each prompt sent
 # once per server in the whole run; "mixed" and "chat" cycle 8 prompts (replays).
 WORKLOADS = {"mixed": ("openai", "/v1/completions"), "chat": ("openai-chat", "/v1/chat/completions"),
@@ -106,7 +106,7 @@ def bench(server: Server, workload: str, load: Load, num_prompts: int, args: arg
            "--num-prompts", str(num_prompts),
            "--temperature", str(args.temperature), "--seed", str(args.seed),
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-           "--save-result", "--result-dir", str(result.parent), "--result-filename", result.name,
+           "--save-result", "--save-detailed", "--result-dir", str(result.parent), "--result-filename", result.name,
            *load.args()]
     env = {**os.environ, **SERVER_ENV, "VLLM_PLUGINS": ""}   # the client loads no plugin
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.cell_timeout)
@@ -119,4 +119,28 @@ def bench(server: Server, workload: str, load: Load, num_prompts: int, args: arg
     # the one it was measured at (set by the caller), vLLM's values kept under client_.
     for key in ("request_rate", "max_concurrency"):
         cell[f"client_{key}"] = cell.pop(key, None)
+    cell.update(steady_ttft(cell, load))
     return cell
+
+
+def steady_ttft(cell: dict, load: Load) -> dict:
+    """TTFT p50 / p99 (ms) without a closed loop's start burst: at concurrency c the first
+    c requests are sent at once and wait for each other's prefills, a start-up transient
+    that is c / n of the cell's requests (a quarter at 4·c). Rate loads keep every request.
+    Empty when vLLM's result lacks the per-request lists."""
+    ttfts, starts = cell.get("ttfts"), cell.get("start_times")
+    if not ttfts or not starts or len(ttfts) != len(starts):
+        return {}
+    order = sorted(range(len(ttfts)), key=lambda i: starts[i])
+    skip = int(load.value) if load.kind == "max_concurrency" else 0
+    kept = sorted(ttfts[i] for i in order[skip:] if ttfts[i] > 0) or sorted(ttfts)
+    return {"steady_p50_ttft_ms": 1000 * _quantile(kept, 0.5),
+            "steady_p99_ttft_ms": 1000 * _quantile(kept, 0.99)}
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    """Linear-interpolated quantile of sorted ``xs`` (numpy's default, as vLLM's)."""
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)

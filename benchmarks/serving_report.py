@@ -33,6 +33,8 @@ METRICS = (("output_throughput", "output tok/s"), ("median_tpot_ms", "TPOT p50 (
            ("p99_tpot_ms", "TPOT p99 (ms)"), ("median_ttft_ms", "TTFT p50 (ms)"),
            ("p99_ttft_ms", "TTFT p99 (ms)"), ("p99_e2el_ms", "end-to-end p99 (ms)"))
 SHORT = ("tput", "TPOT p50", "TPOT p99", "TTFT p50", "TTFT p99", "e2e p99")
+# TTFT without a closed loop's start burst (serving_client.steady_ttft), where cells have it.
+STEADY = (("steady_p50_ttft_ms", "TTFT p50"), ("steady_p99_ttft_ms", "TTFT p99"))
 # Workloads whose prompts `vllm bench serve` cycles (benchmarks.serving): every table
 # that shows them says so.
 REPLAYED = {"mixed": "replay: 8 prompts cycled", "chat": "replay: 8 prompts cycled, as chat"}
@@ -241,6 +243,39 @@ def step_lines(res: dict) -> list[str]:
         [r[-1] for r in sorted(rows, key=lambda r: r[:5])] + [""]
 
 
+def steady_lines(res: dict) -> list[str]:
+    """Markdown: TTFT p50 / p99 without the start burst, ratios to no speculation paired
+    per repetition (median) beside no speculation's ms; [] when no cell has them."""
+    t: dict = defaultdict(lambda: defaultdict(list))
+    for c in res["cells"]:
+        if c.get("steady_p50_ttft_ms") is not None:
+            for m, _ in STEADY:
+                t[(c["workload"], *_load_of(c))][(c["config"], m)].append(
+                    (c.get("repetition"), c[m]))
+    rows = []
+    for (workload, kind, load), vals in sorted(t.items()):
+        base = {m: dict(vals.get((BASELINE, m), [])) for m, _ in STEADY}
+        if not base[STEADY[0][0]]:
+            continue
+        configs = sorted({c for c, _ in vals if c != BASELINE})
+        for config in configs:
+            text = []
+            for m, _ in STEADY:
+                rs = [v / base[m][rep] for rep, v in vals[(config, m)] if base[m].get(rep)]
+                text.append(f"{median(rs):.2f}x" if rs else "–")
+            rows.append(f"| {workload} | {_load_label(kind, load)} | {config} | "
+                        f"{median(list(base[STEADY[0][0]].values())):.0f} | "
+                        f"{median(list(base[STEADY[1][0]].values())):.0f} | " + " | ".join(text) + " |")
+    if not rows:
+        return []
+    return ["## First token without the start burst", "",
+            "At concurrency c the first c requests are sent at once and wait for each other's "
+            "prefills (c / n of a cell's requests). These exclude them (rate loads keep every "
+            "request): no speculation's ms, then ratios paired per repetition (median).", "",
+            "| workload | load | config | nospec p50 ms | nospec p99 ms | TTFT p50 | TTFT p99 |",
+            "|---|---|---|---:|---:|---:|---:|"] + rows + [""]
+
+
 def first_token_lines(res: dict) -> list[str]:
     """Markdown: where the first token's time goes, from vLLM's request histograms
     (mean ms per cell, median over repetitions); [] when no cell has them."""
@@ -317,6 +352,7 @@ def markdown(res: dict) -> str:
     lines += rep_lines(res)
     lines += cpu_lines(res)
     lines += step_lines(res)
+    lines += steady_lines(res)
     lines += first_token_lines(res)
     rows = bound_rows(res)
     if rows:

@@ -47,6 +47,7 @@ SHADOW_SERIES = "specdec_shadow_draft_tokens_total"
 # The plugin's step plan (label outcome="kept"|"cut"): "plan_<outcome>", draft tokens of
 # steps that carried a prompt, verified or cut before verification.
 PLAN_SERIES = "specdec_step_plan_verify_tokens_total"
+PLAN_DEFERRED_SERIES = "specdec_step_plan_prompts_deferred_total"
 # the plugin's request rounds without drafts, by reason (metrics.NO_DRAFT_REASONS)
 NO_DRAFT_SERIES = "specdec_no_draft_rounds_total"
 # The plugin's decode steps by kind (labels kind="verify"|"plain"): "<kind>_<field>".
@@ -132,7 +133,7 @@ class Server:
         self.log.close()
 
     def spec_counters(self) -> dict[str, float]:
-        """SPEC_SERIES, LATENCY_SERIES, STEP_SERIES, SHADOW_SERIES and PLAN_SERIES from the
+        """SPEC_SERIES, LATENCY_SERIES, STEP_SERIES, SHADOW_SERIES and the PLAN_ series from the
         server's /metrics (0 for a series it does not export), and the plugin's request
         rounds without drafts by reason (``no_draft_<reason>``, where exported)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
@@ -140,7 +141,8 @@ class Server:
         series = {**SPEC_SERIES, **LATENCY_SERIES}
         out = dict.fromkeys(series.values(), 0.0)
         out.update({f"{kind}_{f}": 0.0 for kind in ("verify", "plain") for f in STEP_SERIES.values()})
-        out.update(shadow_drafted=0.0, shadow_accepted=0.0, plan_kept=0.0, plan_cut=0.0)
+        out.update(shadow_drafted=0.0, shadow_accepted=0.0, plan_kept=0.0, plan_cut=0.0,
+                   plan_deferred=0.0)
         for line in text.splitlines():
             if line.startswith("#"):
                 continue
@@ -156,6 +158,8 @@ class Server:
             elif name == PLAN_SERIES:
                 outcome = "cut" if 'outcome="cut"' in line else "kept"
                 out[f"plan_{outcome}"] += float(line.rsplit(" ", 1)[1])
+            elif name == PLAN_DEFERRED_SERIES:
+                out["plan_deferred"] += float(line.rsplit(" ", 1)[1])
             elif name == NO_DRAFT_SERIES and 'reason="' in line:
                 reason = line.split('reason="', 1)[1].split('"', 1)[0]
                 key = f"no_draft_{reason}"

@@ -68,6 +68,12 @@ class SpecDecConfig:
     a share of its predicted time without them (0.05: 5 %). 0 verifies no drafts
     beside a prefill; larger values trade first-token latency for throughput."""
 
+    prefill_split: bool = True
+    """Step plan: when several waiting prompts could share one step, admit them one step
+    at a time where the fitted step cost says the prompts already in the step would
+    lose more than the deferred one waits (on a CPU, where a step's time grows with its
+    prompt tokens). Off: vLLM admits as many as its token budget holds."""
+
     ngram_max_n: int = 4
     """Longest context (tokens) the n-gram stage matches; longer matches win."""
 
@@ -181,6 +187,10 @@ class SpecDecConfig:
         if not isinstance(self.step_plan, bool):
             raise SpecDecConfigError(
                 f"step_plan must be true or false, got {self.step_plan!r}. Fix: use a JSON boolean.")
+        if not isinstance(self.prefill_split, bool):
+            raise SpecDecConfigError(
+                f"prefill_split must be true or false, got {self.prefill_split!r}. "
+                "Fix: use a JSON boolean.")
         if not isinstance(self.adaptive, bool):
             raise SpecDecConfigError(
                 f"adaptive must be true or false, got {self.adaptive!r}. Fix: use a JSON boolean.")

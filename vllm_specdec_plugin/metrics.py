@@ -75,6 +75,10 @@ def _create_families() -> dict:
                                "Draft tokens of steps that carried a prefill, by what the step "
                                "plan did with them: kept (verified) or cut (never verified).",
                                m + ("outcome",)),
+        "plan_deferred": Counter("specdec_step_plan_prompts_deferred",
+                                 "Waiting requests the step plan left to a later step, "
+                                 "so that prompts arriving together do not share one "
+                                 "prefill step (prefill_split), counted once per step.", m),
         "blocks_used": Gauge("specdec_draft_kv_blocks_used", "Draft KV cache blocks in use.",
                              m, multiprocess_mode="mostrecent"),
         "blocks_total": Gauge("specdec_draft_kv_blocks_total", "Draft KV cache blocks in the pool.",
@@ -95,12 +99,16 @@ class PlanMetrics:
     def __init__(self, model_name: str):
         f, lab = _bound(model_name)
         self._tokens = {o: f["plan_tokens"].labels(outcome=o, **lab) for o in PLAN_OUTCOMES}
-        for c in self._tokens.values():
+        self._deferred = f["plan_deferred"].labels(**lab)
+        for c in (*self._tokens.values(), self._deferred):
             c.inc(0)
 
     def verify_tokens(self, kept: int, cut: int) -> None:
         self._tokens["kept"].inc(kept)
         self._tokens["cut"].inc(cut)
+
+    def prompts_deferred(self, n: int) -> None:
+        self._deferred.inc(n)
 
 
 class ProposerMetrics:

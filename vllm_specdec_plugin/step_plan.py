@@ -9,8 +9,14 @@ lengthen such a step by at most ``TTFT_SLACK`` of its predicted time without the
 Within that allowance it keeps the drafts most likely to be accepted: position j of a
 row with per-token acceptance α is worth α^j expected tokens.
 
+Prompts that arrive together (speculation finishes rows in the same step more often,
+so a closed loop sends their successors together) would share one prefill step and each
+wait for all of them. ``admissions`` admits them one step at a time where the fitted
+cost says the prompts already in a step lose more than the deferred one does.
+
 Steps with no prefill keep every draft: the proposer priced k for them already.
-Cutting drafts is always exact: the target verifies a prefix of the same proposal.
+Cutting drafts is always exact: the target verifies a prefix of the same proposal, and
+admission order changes only when a request runs, never what it computes.
 Pure Python (positions are ranked by ``speedup.best_positions``).
 """
 
@@ -78,3 +84,27 @@ def keep_drafts(rows: list[Row], *, decode_rows: int, prefill_tokens: int,
     kept = best_positions([(min(max(r.alpha if r.alpha is not None else default, 0.0), 1.0),
                             r.drafts, 1.0) for r in rows], allowance)
     return {r.req_id: k for r, k in zip(rows, kept)}
+
+
+def admissions(prompt_tokens: list[int], *, prefilling: int, decode_rows: int,
+               cost: StepPrice | None) -> int:
+    """How many of the admissible waiting requests (vLLM's order; ``prompt_tokens``: each
+    one's uncomputed prompt tokens) the step should admit.
+
+    A prompt of P tokens in a step delays the first token of each of the n prompts
+    already in it by p·P; deferred to the next step, it waits that step's fixed time
+    a + b·(decode_rows + n) instead. So it joins while p·P·n ≤ a + b·(decode_rows + n):
+    on a CPU, where a step's time grows with its prompt tokens, prompts that arrive
+    together are prefilled one per step; where prompt tokens are nearly free every one
+    is admitted, as vLLM does. ``prefilling``: running requests whose prompt is still
+    being prefilled (they count as prompts in the step). Without a cost fit: all.
+    """
+    if cost is None or cost.per_prefill_token_s <= 0:
+        return len(prompt_tokens)
+    n = prefilling
+    for i, tokens in enumerate(prompt_tokens):
+        fixed = cost.intercept_s + cost.per_token_s * (decode_rows + n)
+        if n > 0 and cost.per_prefill_token_s * tokens * n > fixed:
+            return i
+        n += 1
+    return len(prompt_tokens)

@@ -37,7 +37,7 @@ def test_serving_benchmark_smoke(ci_pair, tmp_path):
         assert ("max_concurrency" in c) != ("request_rate" in c)
         # the server's speculation counters over the cell (zero without speculation)
         steps = {f"{k}_{f}" for k in ("verify", "plain") for f in ("step_s", "steps", "emitted")}
-        shadows = {"shadow_drafted", "shadow_accepted", "plan_kept", "plan_cut"}
+        shadows = {"shadow_drafted", "shadow_accepted", "plan_kept", "plan_cut", "plan_deferred"}
         keys = {"drafts", "draft_tokens", "accepted", "draft_s", "draft_rounds"} | steps | shadows
         if c["config"] != "nospec":  # the plugin's rounds without drafts, by reason
             keys |= {f"no_draft_{r}" for r in NO_DRAFT_REASONS}

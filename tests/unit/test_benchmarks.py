@@ -607,3 +607,14 @@ def test_gpu_reference_runs(tmp_path):
                        timeout=3600, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert p.returncode == 0, p.stderr[-6000:]
     assert (tmp_path / "gpu" / "results.json").exists()
+
+
+def test_steady_ttft_drops_a_closed_loops_start_burst():
+    from benchmarks.serving_client import Load, steady_ttft
+
+    # c = 2: the first two requests start together and wait for each other's prefill
+    cell = {"ttfts": [5.0, 5.0, 1.0, 2.0, 3.0], "start_times": [0.0, 0.0, 6.0, 7.0, 8.0]}
+    got = steady_ttft(cell, Load("max_concurrency", 2))
+    assert got["steady_p50_ttft_ms"] == 2000.0 and abs(got["steady_p99_ttft_ms"] - 2980.0) < 1e-6
+    assert steady_ttft(cell, Load("request_rate", 2.0))["steady_p50_ttft_ms"] == 3000.0
+    assert steady_ttft({"ttfts": [1.0]}, Load("request_rate", 1.0)) == {}

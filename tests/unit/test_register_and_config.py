@@ -99,6 +99,7 @@ def test_preset_paths_may_be_relative_to_the_preset(tmp_path):
     ({"method": "ngram", "row_slack": float("inf")}, r"row_slack must be a number >= 0.*Fix"),
     ({"method": "ngram", "ttft_slack": -1}, r"ttft_slack must be a number >= 0.*Fix"),
     ({"method": "ngram", "ttft_slack": True}, r"ttft_slack must be a number >= 0.*Fix"),
+    ({"method": "ngram", "prefill_split": 1}, r"prefill_split must be true or false.*Fix"),
     ({"method": "ngram", "ngram_min_prob": 1.5}, r"ngram_min_prob must be a number in \[0, 1\].*Fix"),
     ({"method": "ngram", "ngram_min_prob": True}, r"ngram_min_prob must be a number in \[0, 1\].*Fix"),
     ({"method": "ngram", "ngram_min_prob": "x"}, r"ngram_min_prob must be a number in \[0, 1\].*Fix"),

@@ -3,6 +3,7 @@
 from types import SimpleNamespace
 
 from vllm_specdec_plugin.compat import scheduler_plan
+from vllm_specdec_plugin import step_plan
 from vllm_specdec_plugin.step_plan import Row, StepPrice, keep_drafts, verify_allowance
 from vllm_specdec_plugin.tuning import TTFT_SLACK
 
@@ -57,13 +58,15 @@ def _req(rid, prompt, computed, outputs=0, spec=()):
                            num_output_tokens=outputs, spec_token_ids=list(spec))
 
 
-def _scheduler(running, waiting, budget=64, slots=8, hint=None, slack=TTFT_SLACK):
+def _scheduler(running, waiting, budget=64, slots=8, hint=None, slack=TTFT_SLACK, split=True):
     s = SimpleNamespace(running=running, waiting=waiting, kv_holding_waiting=[],
                         max_num_scheduled_tokens=budget, max_num_active_reqs=slots)
     setattr(s, scheduler_plan._SLACK, slack)   # what the configured ttft_slack caches
+    setattr(s, scheduler_plan._SPLIT, split)   # and prefill_split
     if hint is not None:
         setattr(s, scheduler_plan._HINT, hint)
-    setattr(s, scheduler_plan._METRICS, SimpleNamespace(verify_tokens=lambda k, c: None))
+    setattr(s, scheduler_plan._METRICS, SimpleNamespace(verify_tokens=lambda k, c: None,
+                                                        prompts_deferred=lambda n: None))
     return s
 
 
@@ -138,3 +141,30 @@ def test_drafts_cut_before_verification_are_not_booked():
     assert len(req.tokens) == 12          # verified drafts' KV stays until roll_back
     assert keep_scheduled(req, 0, None) == 2 and req.drafted == []
     assert req.tokens == list(range(8))   # none verified: the drafts' KV goes now
+
+
+def test_admissions_split_prompts_where_a_shared_step_costs_more():
+    cpu = StepPrice(0.02, 0.003, 0.002)        # 200 prompt tokens: 0.4 s, fixed 20-50 ms
+    assert step_plan.admissions([200, 200, 200], prefilling=0, decode_rows=6, cost=cpu) == 1
+    # a running chunked prefill is already a prompt in the step
+    assert step_plan.admissions([200], prefilling=1, decode_rows=6, cost=cpu) == 0
+    # short prompts are cheaper than a step's fixed time: they share it
+    assert step_plan.admissions([5, 5, 5, 200], prefilling=0, decode_rows=6, cost=cpu) == 3
+    gpu = StepPrice(0.015, 0.0001, 0.00001)    # 200 tokens: 2 ms < 15 ms: all, as vLLM
+    assert step_plan.admissions([200] * 8, prefilling=0, decode_rows=6, cost=gpu) == 8
+    assert step_plan.admissions([200] * 3, prefilling=0, decode_rows=6, cost=None) == 3
+
+
+def test_scheduler_admits_bunched_prompts_one_step_at_a_time():
+    a = _req("a", 10, 13, outputs=4, spec=[1, 2, 3, 4])
+    waiting = [_req("n1", 200, 0), _req("n2", 200, 0), _req("n3", 200, 0)]
+    cost = StepPrice(0.02, 0.003, 0.002)
+    before = scheduler_plan.counts["deferred"]
+    assert scheduler_plan._plan(_scheduler([a], waiting, budget=2048, hint=(cost, {}))) == 1
+    assert scheduler_plan.counts["deferred"] - before == 2
+    # off, or no fit yet: vLLM's admission (None)
+    assert scheduler_plan._plan(_scheduler([a], waiting, budget=2048, hint=(cost, {}),
+                                           split=False)) is None
+    assert scheduler_plan._plan(_scheduler([a], waiting, budget=2048)) is None
+    # one waiting prompt and no prefill running: nothing to split
+    assert scheduler_plan._plan(_scheduler([a], waiting[:1], budget=2048, hint=(cost, {}))) is None

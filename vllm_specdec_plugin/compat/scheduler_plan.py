@@ -16,6 +16,9 @@ How: ``Scheduler.schedule`` is wrapped (installed from ``register()``; a pass-th
   ``specdec_prompts_next``: whether a prompt is still unfinished or a waiting request
   can be admitted, so the next step carries a prefill whose drafts the plan would cut;
   the worker then skips this step's draft round (it would only delay that prompt).
+  With ``prefill_split`` on, ``step_plan.admissions`` may admit fewer waiting
+  requests than vLLM would: ``max_num_active_reqs`` (vLLM's admission cap) is lowered
+  to the running count plus that number for the one ``schedule`` call, and restored.
   ``Scheduler.update_draft_token_ids`` is wrapped to read the worker's plan hint
   (``HINT_ATTR`` on the DraftTokenIds: per-request acceptance and the fitted step
   cost). Kept and cut verify tokens count in ``specdec_step_plan_verify_tokens_total``.
@@ -37,9 +40,10 @@ HINT_ATTR = "specdec_plan_hint"  # on DraftTokenIds: (StepPrice | None, {req_id:
 _HINT = "_specdec_plan_hint"     # on the Scheduler: the latest hint
 _METRICS = "_specdec_plan_metrics"
 _SLACK = "_specdec_plan_slack"  # on the Scheduler: ttft_slack, None when off
+_SPLIT = "_specdec_plan_split"  # on the Scheduler: prefill_split
 _installed = False
 # This process's kept / cut verify tokens in steps the plan decided (tests read them).
-counts = {"kept": 0, "cut": 0, "steps": 0}
+counts = {"kept": 0, "cut": 0, "steps": 0, "deferred": 0}
 
 
 def install_engine() -> None:
@@ -55,8 +59,18 @@ def install_engine() -> None:
     def schedule_(self, *args, **kwargs):  # noqa: ANN001
         if not enabled(self):
             return schedule(self, *args, **kwargs)
-        _plan(self)
-        out = schedule(self, *args, **kwargs)
+        admit = _plan(self)
+        if admit is None:
+            out = schedule(self, *args, **kwargs)
+        else:
+            # vLLM admits waiting requests while the active count is below this cap;
+            # lowering it for one call admits exactly ``admit`` of them (restored after).
+            cap = self.max_num_active_reqs
+            self.max_num_active_reqs = min(cap, _active(self) + admit)
+            try:
+                out = schedule(self, *args, **kwargs)
+            finally:
+                self.max_num_active_reqs = cap
         setattr(out, FIRST_TOKENS_ATTR, first_tokens(self, out))
         setattr(out, PROMPTS_NEXT_ATTR, prompts_next(self))
         return out
@@ -85,16 +99,24 @@ def _slack(scheduler: Any) -> float | None:
         from vllm_specdec_plugin.compat.request_scope import ours
         from vllm_specdec_plugin.config import from_vllm_config
 
-        slack = None
+        slack, split = None, False
         if ours(scheduler):
             config = from_vllm_config(scheduler.vllm_config)
             slack = config.ttft_slack if config.step_plan else None
+            split = config.step_plan and config.prefill_split
         setattr(scheduler, _SLACK, slack)
+        setattr(scheduler, _SPLIT, split)
     return getattr(scheduler, _SLACK)
 
 
-def _plan(scheduler: Any) -> None:
-    """Cut the running requests' drafts for the step about to be scheduled."""
+def _active(scheduler: Any) -> int:
+    """What vLLM counts against ``max_num_active_reqs`` (running + paused streams)."""
+    return len(scheduler.running) + int(getattr(scheduler, "num_waiting_for_streaming_input", 0))
+
+
+def _plan(scheduler: Any) -> int | None:
+    """Cut the running requests' drafts for the step about to be scheduled; return how
+    many waiting requests it may admit (None: as many as vLLM admits)."""
     running = list(scheduler.running)
     budget = int(scheduler.max_num_scheduled_tokens)
     prefill_tokens = prefilling = decode_rows = 0
@@ -109,12 +131,21 @@ def _plan(scheduler: Any) -> None:
         if req.spec_token_ids:
             rows.append(step_plan.Row(req.request_id, len(req.spec_token_ids),
                                       alphas.get(req.request_id)))
-    for req in _admissible(scheduler):
-        prefilling += 1
-        # an upper bound: prefix-cache hits are known only once it is scheduled
-        prefill_tokens += req.num_tokens - req.num_computed_tokens
+    # an upper bound: prefix-cache hits are known only once it is scheduled
+    waiting = [req.num_tokens - req.num_computed_tokens for req in _admissible(scheduler)]
+    admit = None
+    if getattr(scheduler, _SPLIT, False) and waiting and (prefilling or len(waiting) > 1):
+        n = step_plan.admissions(waiting, prefilling=prefilling, decode_rows=decode_rows,
+                                 cost=cost)
+        if n < len(waiting):
+            admit = n
+            counts["deferred"] += len(waiting) - n
+            _metrics(scheduler).prompts_deferred(len(waiting) - n)
+            waiting = waiting[:n]
+    prefilling += len(waiting)
+    prefill_tokens += sum(waiting)
     if not rows or not prefilling:
-        return
+        return admit
     keep = step_plan.keep_drafts(rows, decode_rows=decode_rows,
                                  prefill_tokens=min(prefill_tokens, budget),
                                  prefilling=prefilling, token_budget=budget, cost=cost,
@@ -132,6 +163,7 @@ def _plan(scheduler: Any) -> None:
     counts["cut"] += cut
     counts["steps"] += 1
     _metrics(scheduler).verify_tokens(kept, cut)
+    return admit
 
 
 def prompts_next(scheduler: Any) -> bool:
