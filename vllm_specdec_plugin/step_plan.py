@@ -91,20 +91,23 @@ def admissions(prompt_tokens: list[int], *, prefilling: int, decode_rows: int,
     """How many of the admissible waiting requests (vLLM's order; ``prompt_tokens``: each
     one's uncomputed prompt tokens) the step should admit.
 
-    A prompt of P tokens in a step delays the first token of each of the n prompts
-    already in it by p·P; deferred to the next step, it waits that step's fixed time
-    a + b·(decode_rows + n) instead. So it joins while p·P·n ≤ a + b·(decode_rows + n):
-    on a CPU, where a step's time grows with its prompt tokens, prompts that arrive
-    together are prefilled one per step; where prompt tokens are nearly free every one
-    is admitted, as vLLM does. ``prefilling``: running requests whose prompt is still
-    being prefilled (they count as prompts in the step). Without a cost fit: all.
+    Prompt i (P tokens) in this step delays the first token of each of the n prompts
+    already in it by p·P. Left to the next step, it and the w - 1 waiting behind it
+    wait that step's fixed time f = a + b·(decode_rows + n) once more. It joins while
+    p·P·n ≤ f·w: the greedy rule for the sum of first-token times (for equal prompts it
+    splits a burst of m into steps of about m·f / (p·P + f)). On a CPU, where a step's
+    time grows with its prompt tokens, two or three prompts that arrive together are
+    prefilled one per step; where prompt tokens cost little beside a step's fixed time
+    every one is admitted, as vLLM does. ``prefilling``: running requests whose prompt
+    is still being prefilled (prompts in the step already). Without a cost fit: all.
     """
     if cost is None or cost.per_prefill_token_s <= 0:
         return len(prompt_tokens)
     n = prefilling
     for i, tokens in enumerate(prompt_tokens):
         fixed = cost.intercept_s + cost.per_token_s * (decode_rows + n)
-        if n > 0 and cost.per_prefill_token_s * tokens * n > fixed:
+        behind = len(prompt_tokens) - i
+        if n > 0 and cost.per_prefill_token_s * tokens * n > fixed * behind:
             return i
         n += 1
     return len(prompt_tokens)

@@ -146,6 +146,10 @@ def test_drafts_cut_before_verification_are_not_booked():
 def test_admissions_split_prompts_where_a_shared_step_costs_more():
     cpu = StepPrice(0.02, 0.003, 0.002)        # 200 prompt tokens: 0.4 s, fixed 20-50 ms
     assert step_plan.admissions([200, 200, 200], prefilling=0, decode_rows=6, cost=cpu) == 1
+    # a burst: the fixed time counts once for every request still waiting behind
+    # (i = 2 joins while 0.4·1 <= 0.041·(m - 1): m = 11 admits 2, then 0.8 > 0.044·9)
+    assert step_plan.admissions([200] * 11, prefilling=0, decode_rows=6, cost=cpu) == 2
+    assert step_plan.admissions([200] * 64, prefilling=0, decode_rows=6, cost=cpu) > 4
     # a running chunked prefill is already a prompt in the step
     assert step_plan.admissions([200], prefilling=1, decode_rows=6, cost=cpu) == 0
     # short prompts are cheaper than a step's fixed time: they share it
