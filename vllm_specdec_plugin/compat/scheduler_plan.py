@@ -23,8 +23,10 @@ How: ``Scheduler.schedule`` is wrapped (installed from ``register()``; a pass-th
   (``HINT_ATTR`` on the DraftTokenIds: per-request acceptance and the fitted step
   cost). Kept and cut verify tokens count in ``specdec_step_plan_verify_tokens_total``.
 Upstream: a scheduler policy for speculative tokens that knows the waiting queue
-  (vLLM schedules running requests' drafts unconditionally).
-Remove when: vLLM budgets draft tokens against waiting prefills itself.
+  (vLLM schedules running requests' drafts unconditionally), and admission of waiting
+  prompts by step cost (vLLM admits all its token budget holds).
+Remove when: vLLM budgets draft tokens against waiting prefills itself; the admission
+  half when vLLM's scheduler can cap the prompts a step takes by cost.
 """
 
 from __future__ import annotations
