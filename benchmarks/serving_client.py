@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.serving_server import BIN, SERVER_ENV, Server
+from benchmarks.stats import quantile
 from benchmarks.workloads import load_prompt_set
 
 # vLLM's result keys dropped per cell: the texts and per-token lists. Per request,
@@ -106,7 +107,8 @@ def bench(server: Server, workload: str, load: Load, num_prompts: int, args: arg
            "--num-prompts", str(num_prompts),
            "--temperature", str(args.temperature), "--seed", str(args.seed),
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-           "--save-result", "--save-detailed", "--result-dir", str(result.parent), "--result-filename", result.name,
+           "--save-result", "--save-detailed",
+           "--result-dir", str(result.parent), "--result-filename", result.name,
            *load.args()]
     env = {**os.environ, **SERVER_ENV, "VLLM_PLUGINS": ""}   # the client loads no plugin
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.cell_timeout)
@@ -133,14 +135,7 @@ def steady_ttft(cell: dict, load: Load) -> dict:
         return {}
     order = sorted(range(len(ttfts)), key=lambda i: starts[i])
     skip = int(load.value) if load.kind == "max_concurrency" else 0
-    kept = sorted(ttfts[i] for i in order[skip:] if ttfts[i] > 0) or sorted(ttfts)
-    return {"steady_p50_ttft_ms": 1000 * _quantile(kept, 0.5),
-            "steady_p99_ttft_ms": 1000 * _quantile(kept, 0.99)}
-
-
-def _quantile(xs: list[float], q: float) -> float:
-    """Linear-interpolated quantile of sorted ``xs`` (numpy's default, as vLLM's)."""
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    kept = [ttfts[i] for i in order[skip:] if ttfts[i] > 0] or ttfts
+    # stats.quantile interpolates as numpy does, as vLLM's own percentiles
+    return {"steady_p50_ttft_ms": 1000 * quantile(kept, 0.5),
+            "steady_p99_ttft_ms": 1000 * quantile(kept, 0.99)}
