@@ -184,7 +184,7 @@ def _prefilling(req: Any) -> bool:
 def _admissible(scheduler: Any) -> Iterator[Any]:
     """The waiting requests the free slots admit next, in vLLM's order (requests
     holding KV first); lazily, so a yes/no question reads one."""
-    slots = scheduler.max_num_active_reqs - len(scheduler.running)
+    slots = scheduler.max_num_active_reqs - _active(scheduler)
     for queue in (scheduler.kv_holding_waiting, scheduler.waiting):
         for req in queue:
             if slots <= 0:
