@@ -78,7 +78,8 @@ class Server:
         spec = config.speculative_config(draft)
         if spec is not None:
             cmd += ["--speculative-config", json.dumps(spec)]
-        env = {**os.environ, **SERVER_ENV, **config.engine_env(REPO)}
+        env = {**os.environ, **SERVER_ENV, **config.engine_env(REPO),
+               "VLLM_CPU_KVCACHE_SPACE": str(args.kv_cache_gib)}
         self.log = open(log, "w")
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,

