@@ -228,6 +228,12 @@ def step_lines(res: dict) -> list[str]:
             n = sp.get(f"{k}_steps", 0)
             part += [f"{n:.0f}", f"{1e3 * sp[f'{k}_step_s'] / n:.1f}" if n else "–",
                      f"{sp[f'{k}_emitted'] / n:.2f}" if n else "–"]
+        # What the cell spent outside prefill-free steps and draft rounds: steps that
+        # carried a prompt, scheduling, HTTP. Speculation can't shorten most of it.
+        decode_s = sp.get("verify_step_s", 0.0) + sp.get("plain_step_s", 0.0)
+        rest = c["duration"] - decode_s - sp.get("draft_s", 0.0)
+        part += [f"{c['duration']:.1f}", f"{decode_s:.1f}", f"{sp.get('draft_s', 0.0):.1f}",
+                 f"{rest:.1f}"]
         rows.append((c["workload"], kind, load, c["config"], c["repetition"],
                      f"| {c['workload']} | {_load_label(kind, load)} | {c['config']} | "
                      f"{c['repetition']} | "
@@ -237,9 +243,12 @@ def step_lines(res: dict) -> list[str]:
     return ["## Plugin decode steps: verifying vs plain", "",
             "Steps that ran no prefill, from the plugin's `specdec_target_step_seconds` and "
             "`specdec_emitted_tokens_total` (a step's time runs from its scheduler output "
-            "to the drafting call: target forward and sampling).", "",
+            "to the drafting call: target forward and sampling). Seconds of the cell: "
+            "all of it, in those steps, in draft rounds, and the rest (steps that carried "
+            "a prompt, scheduling, HTTP).", "",
             "| workload | load | config | rep | verify steps | ms | tokens/step | "
-            "plain steps | ms | tokens/step |", "|---|---|---|---:|" + "---:|" * 6] + \
+            "plain steps | ms | tokens/step | cell s | decode s | draft s | rest s |",
+            "|---|---|---|---:|" + "---:|" * 10] + \
         [r[-1] for r in sorted(rows, key=lambda r: r[:5])] + [""]
 
 
