@@ -78,8 +78,10 @@ class Server:
         spec = config.speculative_config(draft)
         if spec is not None:
             cmd += ["--speculative-config", json.dumps(spec)]
-        env = {**os.environ, **SERVER_ENV, **config.engine_env(REPO),
-               "VLLM_CPU_KVCACHE_SPACE": str(args.kv_cache_gib)}
+        # KV cache size by flag: VLLM_CPU_KVCACHE_SPACE takes whole GiB only, and it
+        # overrides the flag when set, so it is cleared.
+        cmd += ["--kv-cache-memory-bytes", str(int(args.kv_cache_gib * 2**30))]
+        env = {**os.environ, **SERVER_ENV, **config.engine_env(REPO), "VLLM_CPU_KVCACHE_SPACE": ""}
         self.log = open(log, "w")
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
