@@ -79,9 +79,10 @@ class Server:
         if spec is not None:
             cmd += ["--speculative-config", json.dumps(spec)]
         # KV cache size by flag: VLLM_CPU_KVCACHE_SPACE takes whole GiB only, and it
-        # overrides the flag when set, so it is cleared.
+        # overrides the flag when set (vLLM's workers reject it empty), so it is unset.
         cmd += ["--kv-cache-memory-bytes", str(int(args.kv_cache_gib * 2**30))]
-        env = {**os.environ, **SERVER_ENV, **config.engine_env(REPO), "VLLM_CPU_KVCACHE_SPACE": ""}
+        env = {**os.environ, **SERVER_ENV, **config.engine_env(REPO)}
+        env.pop("VLLM_CPU_KVCACHE_SPACE", None)
         self.log = open(log, "w")
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
