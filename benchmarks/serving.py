@@ -205,8 +205,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="float32 on AVX2-only CPUs (bf16 falls back to slow GEMMs there)")
     ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument("--kv-cache-gib", type=float, default=1.0,
-                    help="VLLM_CPU_KVCACHE_SPACE per server (GiB); every server of a run is up at "
-                         "once, so 0.5 lets 6 bench servers fit in 24 GiB (bench: 32 KiB a token)")
+                    help="KV cache per server (GiB; vLLM's --kv-cache-memory-bytes); every server "
+                         "of a run is up at once, so 0.5 lets 6 bench servers fit in 24 GiB "
+                         "(bench: 32 KiB a token)")
     ap.add_argument("--eager", action="store_true", help="--enforce-eager (default: compiled, as users run)")
     ap.add_argument("--start-timeout", type=float, default=900)
     ap.add_argument("--cell-timeout", type=float, default=1800)

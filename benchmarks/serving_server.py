@@ -24,7 +24,7 @@ from specdec_testing import stop_process_group
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+SERVER_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 # /metrics series summed over label sets before and after each cell; their deltas give
 # the cell's acceptance (vLLM's counters, every method) and draft cost (the plugin's).
