@@ -228,6 +228,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.output_len = a.output_len or d["output_len"]
     if not 0.0 <= a.output_spread < 1.0:
         ap.error(f"--output-spread {a.output_spread}: use a value in [0, 1), e.g. 0.5")
+    if a.kv_cache_gib <= 0:
+        ap.error(f"--kv-cache-gib {a.kv_cache_gib}: use a positive size in GiB, e.g. 1 or 0.5")
     if a.smoke:   # a harness check, never a measurement: no waiting for a quiet machine
         a.num_prompts, a.wait_quiet_s = min(a.num_prompts, 4), 0.0
     if a.out is None:

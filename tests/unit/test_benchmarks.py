@@ -380,6 +380,8 @@ def test_output_spread_gives_each_request_its_length(tmp_path):
     assert rows == [{"prompt": "a"}]
     with pytest.raises(SystemExit):
         serving.parse_args(["--output-spread", "1.5"])
+    with pytest.raises(SystemExit):
+        serving.parse_args(["--kv-cache-gib", "0"])
 
 
 @pytest.mark.unit
