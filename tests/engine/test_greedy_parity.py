@@ -96,7 +96,11 @@ def test_greedy_identical_to_no_speculation(ci_pair, tokenizer, baseline, k, mod
 def test_qwen2_draft_runs_through_vllms_model_class(ci_pair, baseline):
     """A second architecture: the Qwen2 twin of the ci draft (zero q/k/v biases, same
     weights) loads as vLLM's Qwen2ForCausalLM, keeps greedy output identical, and
-    drafts exactly what the Llama draft drafts (same accepted-token counts)."""
+    drafts what the Llama draft drafts: acceptance counts within 1 %.
+
+    Not bit-equal: the biased q/k/v projection is a different GEMM call (bias fused),
+    whose float32 rounding differs in the last bits, and that flips the draft's argmax
+    at rare near-ties (772 vs 774 accepted tokens on one CI CPU, equal on others)."""
     from specdec_fixtures.qwen2_draft import ensure_qwen2_draft
 
     qwen2 = ensure_qwen2_draft(ci_pair.draft)
@@ -109,8 +113,9 @@ def test_qwen2_draft_runs_through_vllms_model_class(ci_pair, baseline):
         runs[name] = res["proposer"]
     assert runs["qwen2"]["model_class"] == "Qwen2ForCausalLM"
     assert runs["llama"]["model_class"] == "LlamaForCausalLM"
-    assert runs["qwen2"]["accepted"] == runs["llama"]["accepted"] > 0
-    assert runs["qwen2"]["drafted"] == runs["llama"]["drafted"]
+    assert runs["llama"]["accepted"] > 0
+    for key in ("accepted", "drafted"):
+        assert runs["qwen2"][key] == pytest.approx(runs["llama"][key], rel=0.01), (key, runs)
 
 
 def test_reduced_draft_vocab_keeps_greedy_identical(ci_pair, baseline, tmp_path):
