@@ -191,7 +191,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--workloads", default=WORKLOADS_DEFAULT,
                     help=f"comma-separated, of {list(WORKLOADS)}; "
                          f"{list(serving_report.REPLAYED)} are replays")
-    ap.add_argument("--concurrency", default=None, help="comma-separated, e.g. 1,2,4,8,16,32,64")
+    ap.add_argument("--concurrency", default=None,
+                    help="comma-separated, e.g. 1,2,4,8,16,32,64; '' for none (rates only)")
     ap.add_argument("--rates", default=None, help="Poisson request rates (req/s); '' for none")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--num-prompts", type=int, default=16, help="requests per cell (at least)")
@@ -222,8 +223,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [w for w in a.workloads if w not in WORKLOADS]
     if unknown:
         ap.error(f"unknown workload(s) {unknown}; have {list(WORKLOADS)}")
-    a.concurrency = [int(x) for x in a.concurrency.split(",")] if a.concurrency else d["concurrency"]
+    a.concurrency = ([int(x) for x in a.concurrency.split(",") if x] if a.concurrency is not None
+                     else d["concurrency"])
     a.rates = ([float(x) for x in a.rates.split(",") if x] if a.rates is not None else d["rates"])
+    if not a.concurrency and not a.rates:
+        ap.error("no load: give --concurrency or --rates (e.g. --concurrency 8 or --rates 0.5)")
     a.reps = a.reps or d["reps"]
     a.output_len = a.output_len or d["output_len"]
     if not 0.0 <= a.output_spread < 1.0:

@@ -285,6 +285,68 @@ def steady_lines(res: dict) -> list[str]:
             "|---|---|---|---:|---:|---:|---:|"] + rows + [""]
 
 
+def arrivals(cell: dict) -> dict | None:
+    """What each request found when it arrived, from the client's per-request lists
+    (after a closed loop's start burst; rate loads keep every request): arrivals per
+    second, how many found another request still waiting for its first token ("busy"),
+    and the median TTFT (ms) of those that did and of those that did not ("alone").
+    None without the lists."""
+    ttfts, starts = cell.get("ttfts"), cell.get("start_times")
+    if not ttfts or not starts or len(ttfts) != len(starts):
+        return None
+    order = sorted(range(len(ttfts)), key=lambda i: starts[i])
+    kind, value = _load_of(cell)
+    kept = order[int(value) if kind == "max_concurrency" else 0:]
+    if len(kept) < 2:
+        return None
+    alone, busy = [], []
+    for i in kept:
+        waiting = any(j != i and starts[j] <= starts[i] < starts[j] + ttfts[j] for j in order)
+        (busy if waiting else alone).append(1e3 * ttfts[i])
+    span = starts[kept[-1]] - starts[kept[0]]
+    return {"rate": (len(kept) - 1) / span if span > 0 else None, "n": len(kept),
+            "busy": len(busy), "alone_ms": median(alone) if alone else None,
+            "busy_ms": median(busy) if busy else None}
+
+
+def arrival_lines(res: dict) -> list[str]:
+    """Markdown: per cell, the arrival rate, the share of arrivals that found another
+    request before its first token, and TTFT p50 of those that found none, beside no
+    speculation's (median over repetitions; the ratio paired per repetition)."""
+    t: dict = defaultdict(dict)
+    for c in res["cells"]:
+        a = arrivals(c)
+        if a is not None:
+            t[(c["workload"], *_load_of(c))][(c["config"], c.get("repetition"))] = a
+    rows = []
+    fmt = lambda v, spec: "–" if v is None else format(v, spec)  # noqa: E731
+    for (workload, kind, load), cells in sorted(t.items()):
+        for config in sorted({cfg for cfg, _ in cells}):
+            mine = [(rep, a) for (cfg, rep), a in cells.items() if cfg == config]
+            base = {rep: a for (cfg, rep), a in cells.items() if cfg == BASELINE}
+            ratio = [a["alone_ms"] / base[rep]["alone_ms"] for rep, a in mine
+                     if rep in base and a["alone_ms"] and base[rep]["alone_ms"]]
+            pick = lambda key: [a[key] for _, a in mine if a[key] is not None]  # noqa: E731
+            rows.append(
+                f"| {workload} | {_load_label(kind, load)} | {config} | {len(mine)} | "
+                f"{fmt(median(pick('rate')) if pick('rate') else None, '.2f')} | "
+                f"{sum(a['busy'] for _, a in mine)} / {sum(a['n'] for _, a in mine)} | "
+                f"{fmt(median(pick('alone_ms')) if pick('alone_ms') else None, '.0f')} | "
+                f"{fmt(median(pick('busy_ms')) if pick('busy_ms') else None, '.0f')} | "
+                f"{fmt(median(ratio) if ratio else None, '.2f')}" + ("x |" if ratio else " |"))
+    if not rows:
+        return []
+    return ["## First token by what the request found on arrival", "",
+            "After a closed loop's start burst (rate loads: every request). In a closed loop a "
+            "faster server gets the next request sooner, so more arrivals find another prompt "
+            "still waiting for its first token and queue behind its prefill. busy: arrivals "
+            "that found one (summed over repetitions); alone / busy ms: TTFT p50 of each group "
+            "(median over repetitions); alone ratio: alone ms over no speculation's, paired "
+            "per repetition (median).", "",
+            "| workload | load | config | reps | arrivals/s | busy | alone ms | busy ms | "
+            "alone ratio |", "|---|---|---|---:|---:|---:|---:|---:|---:|"] + rows + [""]
+
+
 def first_token_lines(res: dict) -> list[str]:
     """Markdown: where the first token's time goes, from vLLM's request histograms
     (mean ms per cell, median over repetitions); [] when no cell has them."""
@@ -362,6 +424,7 @@ def markdown(res: dict) -> str:
     lines += cpu_lines(res)
     lines += step_lines(res)
     lines += steady_lines(res)
+    lines += arrival_lines(res)
     lines += first_token_lines(res)
     rows = bound_rows(res)
     if rows:

@@ -385,6 +385,18 @@ def test_output_spread_gives_each_request_its_length(tmp_path):
 
 
 @pytest.mark.unit
+def test_an_empty_load_list_means_none_but_one_kind_is_needed():
+    """``--concurrency ''`` runs rates only (as ``--rates ''`` runs concurrencies only);
+    with neither there is nothing to measure, and the error says what to give."""
+    from benchmarks import serving
+
+    rates_only = serving.parse_args(["--concurrency", "", "--rates", "0.4,0.6"])
+    assert rates_only.concurrency == [] and rates_only.rates == [0.4, 0.6]
+    with pytest.raises(SystemExit):
+        serving.parse_args(["--concurrency", "", "--rates", ""])
+
+
+@pytest.mark.unit
 def test_nospec_again_is_an_a_a_control_not_a_second_baseline():
     """The A/A control runs without speculation and without our plugin, but is measured
     like a method: selecting configs never adds it, and the baseline stays unique."""
@@ -448,6 +460,29 @@ def test_serving_report_splits_the_first_token():
     assert "| unique | c = 16 | plugin-x | 3 | 200 | 500 | 100 | 800 | 700 |" in \
         serving_report.first_token_lines(res)
     assert serving_report.first_token_lines({"cells": [dict(cell(0, 0.4), first_token={})]}) == []
+
+
+@pytest.mark.unit
+def test_serving_report_splits_first_tokens_by_what_the_arrival_found():
+    """After the start burst, a request that arrives while another still waits for its
+    first token is "busy"; the table pairs the others' TTFT p50 with no speculation's."""
+    from benchmarks import serving_report
+
+    def cell(config, ttfts, starts):
+        return {"config": config, "workload": "unique", "max_concurrency": 2,
+                "repetition": 0, "ttfts": ttfts, "start_times": starts}
+
+    # c = 2: requests 0 and 1 are the burst; 3 arrives at 6.5 s while 2 (6.0 + 1.0 s)
+    # still waits; 2 and 4 arrive to none.
+    plugin = cell("plugin-x", [5.0, 5.0, 1.0, 2.0, 1.2], [0.0, 0.0, 6.0, 6.5, 9.0])
+    got = serving_report.arrivals(plugin)
+    assert got["n"] == 3 and got["busy"] == 1 and got["busy_ms"] == 2000.0
+    assert got["alone_ms"] == 1100.0 and abs(got["rate"] - 2 / 3.0) < 1e-9
+    base = cell("nospec", [5.0, 5.0, 1.0, 1.0, 1.0], [0.0, 0.0, 6.0, 8.0, 10.0])
+    lines = serving_report.arrival_lines({"cells": [plugin, base]})
+    assert "| unique | c = 2 | plugin-x | 1 | 0.67 | 1 / 3 | 1100 | 2000 | 1.10x |" in lines
+    assert "| unique | c = 2 | nospec | 1 | 0.50 | 0 / 3 | 1000 | – | 1.00x |" in lines
+    assert serving_report.arrival_lines({"cells": [dict(plugin, ttfts=None)]}) == []
 
 
 @pytest.mark.unit
