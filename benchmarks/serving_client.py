@@ -125,17 +125,27 @@ def bench(server: Server, workload: str, load: Load, num_prompts: int, args: arg
     return cell
 
 
+def after_start_burst(cell: dict, kind: str, value: float) -> list[int] | None:
+    """Indices of a cell's requests in start order, without a closed loop's start burst
+    (at concurrency c the first c, sent at once; a rate load keeps every request). None
+    when vLLM's result lacks the per-request lists (``ttfts``, ``start_times``)."""
+    ttfts, starts = cell.get("ttfts"), cell.get("start_times")
+    if not ttfts or not starts or len(ttfts) != len(starts):
+        return None
+    order = sorted(range(len(ttfts)), key=lambda i: starts[i])
+    return order[int(value) if kind == "max_concurrency" else 0:]
+
+
 def steady_ttft(cell: dict, load: Load) -> dict:
     """TTFT p50 / p99 (ms) without a closed loop's start burst: at concurrency c the first
     c requests are sent at once and wait for each other's prefills, a start-up transient
     that is c / n of the cell's requests (a quarter at 4·c). Rate loads keep every request.
     Empty when vLLM's result lacks the per-request lists."""
-    ttfts, starts = cell.get("ttfts"), cell.get("start_times")
-    if not ttfts or not starts or len(ttfts) != len(starts):
+    order = after_start_burst(cell, load.kind, load.value)
+    if order is None:
         return {}
-    order = sorted(range(len(ttfts)), key=lambda i: starts[i])
-    skip = int(load.value) if load.kind == "max_concurrency" else 0
-    kept = [ttfts[i] for i in order[skip:] if ttfts[i] > 0] or ttfts
+    ttfts = cell["ttfts"]
+    kept = [ttfts[i] for i in order if ttfts[i] > 0] or ttfts
     # stats.quantile interpolates as numpy does, as vLLM's own percentiles
     return {"steady_p50_ttft_ms": 1000 * quantile(kept, 0.5),
             "steady_p99_ttft_ms": 1000 * quantile(kept, 0.99)}

@@ -25,6 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.configs import BASELINE
+from benchmarks.serving_client import after_start_burst
 from benchmarks.stats import geomean, median
 
 A_A = "nospec-again"    # the A/A control (configs.TABLE): the run's noise floor
@@ -291,17 +292,14 @@ def arrivals(cell: dict) -> dict | None:
     second, how many found another request still waiting for its first token ("busy"),
     and the median TTFT (ms) of those that did and of those that did not ("alone").
     None without the lists."""
-    ttfts, starts = cell.get("ttfts"), cell.get("start_times")
-    if not ttfts or not starts or len(ttfts) != len(starts):
+    kept = after_start_burst(cell, *_load_of(cell))
+    if kept is None or len(kept) < 2:
         return None
-    order = sorted(range(len(ttfts)), key=lambda i: starts[i])
-    kind, value = _load_of(cell)
-    kept = order[int(value) if kind == "max_concurrency" else 0:]
-    if len(kept) < 2:
-        return None
+    ttfts, starts = cell["ttfts"], cell["start_times"]
     alone, busy = [], []
     for i in kept:
-        waiting = any(j != i and starts[j] <= starts[i] < starts[j] + ttfts[j] for j in order)
+        waiting = any(j != i and starts[j] <= starts[i] < starts[j] + ttfts[j]
+                      for j in range(len(ttfts)))
         (busy if waiting else alone).append(1e3 * ttfts[i])
     span = starts[kept[-1]] - starts[kept[0]]
     return {"rate": (len(kept) - 1) / span if span > 0 else None, "n": len(kept),
@@ -319,21 +317,20 @@ def arrival_lines(res: dict) -> list[str]:
         if a is not None:
             t[(c["workload"], *_load_of(c))][(c["config"], c.get("repetition"))] = a
     rows = []
-    fmt = lambda v, spec: "–" if v is None else format(v, spec)  # noqa: E731
+    med = lambda vals, spec: format(median(vals), spec) if vals else "–"  # noqa: E731
     for (workload, kind, load), cells in sorted(t.items()):
+        base = {rep: a for (cfg, rep), a in cells.items() if cfg == BASELINE}
         for config in sorted({cfg for cfg, _ in cells}):
             mine = [(rep, a) for (cfg, rep), a in cells.items() if cfg == config]
-            base = {rep: a for (cfg, rep), a in cells.items() if cfg == BASELINE}
             ratio = [a["alone_ms"] / base[rep]["alone_ms"] for rep, a in mine
                      if rep in base and a["alone_ms"] and base[rep]["alone_ms"]]
             pick = lambda key: [a[key] for _, a in mine if a[key] is not None]  # noqa: E731
             rows.append(
                 f"| {workload} | {_load_label(kind, load)} | {config} | {len(mine)} | "
-                f"{fmt(median(pick('rate')) if pick('rate') else None, '.2f')} | "
+                f"{med(pick('rate'), '.2f')} | "
                 f"{sum(a['busy'] for _, a in mine)} / {sum(a['n'] for _, a in mine)} | "
-                f"{fmt(median(pick('alone_ms')) if pick('alone_ms') else None, '.0f')} | "
-                f"{fmt(median(pick('busy_ms')) if pick('busy_ms') else None, '.0f')} | "
-                f"{fmt(median(ratio) if ratio else None, '.2f')}" + ("x |" if ratio else " |"))
+                f"{med(pick('alone_ms'), '.0f')} | {med(pick('busy_ms'), '.0f')} | "
+                f"{med(ratio, '.2f')}" + ("x |" if ratio else " |"))
     if not rows:
         return []
     return ["## First token by what the request found on arrival", "",
