@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.serving_report import _load_label, _load_of
+from benchmarks.serving_cells import load_label, load_of
 
 # Settings that must agree for cells of different runs to share one table.
 MERGE_SAME = ("pair", "output_len", "output_spread", "temperature", "dtype", "max_model_len",
@@ -19,7 +19,7 @@ MERGE_SAME = ("pair", "output_len", "output_spread", "temperature", "dtype", "ma
 
 def _load_names(cells: list[dict]) -> list[str]:
     """["mixed c = 4", "chat 2 req/s", ...] in first-seen order."""
-    return list(dict.fromkeys(f"{c['workload']} {_load_label(*_load_of(c))}" for c in cells))
+    return list(dict.fromkeys(f"{c['workload']} {load_label(*load_of(c))}" for c in cells))
 
 
 def _host(meta: dict) -> tuple:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.configs import BASELINE
-from benchmarks.serving_report import LOAD_KINDS, METRICS, _table, crossovers, workload_label
+from benchmarks.serving_cells import LOAD_KINDS
+from benchmarks.serving_report import METRICS, _table, crossovers, workload_label
 from benchmarks.stats import median
 
 

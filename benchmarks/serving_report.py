@@ -25,17 +25,15 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.configs import BASELINE
-from benchmarks.serving_client import after_start_burst
+from benchmarks.serving_cells import LOAD_KINDS, load_label, load_of
+from benchmarks.serving_first_token import arrival_lines, first_token_lines, steady_lines
 from benchmarks.stats import geomean, median
 
 A_A = "nospec-again"    # the A/A control (configs.TABLE): the run's noise floor
-LOAD_KINDS = (("max_concurrency", "concurrency"), ("request_rate", "request rate (req/s)"))
 METRICS = (("output_throughput", "output tok/s"), ("median_tpot_ms", "TPOT p50 (ms)"),
            ("p99_tpot_ms", "TPOT p99 (ms)"), ("median_ttft_ms", "TTFT p50 (ms)"),
            ("p99_ttft_ms", "TTFT p99 (ms)"), ("p99_e2el_ms", "end-to-end p99 (ms)"))
 SHORT = ("tput", "TPOT p50", "TPOT p99", "TTFT p50", "TTFT p99", "e2e p99")
-# TTFT without a closed loop's start burst (serving_client.steady_ttft), where cells have it.
-STEADY = (("steady_p50_ttft_ms", "TTFT p50"), ("steady_p99_ttft_ms", "TTFT p99"))
 # Workloads whose prompts `vllm bench serve` cycles (benchmarks.serving): every table
 # that shows them says so.
 REPLAYED = {"mixed": "replay: 8 prompts cycled", "chat": "replay: 8 prompts cycled, as chat"}
@@ -46,21 +44,11 @@ def workload_label(name: str) -> str:
     return f"{name} ({REPLAYED[name]})" if name in REPLAYED else name
 
 
-def _load_of(cell: dict) -> tuple[str, float]:
-    """(load kind, value) of one cell: ("max_concurrency", 16) or ("request_rate", 2.0)."""
-    kind = next(k for k, _ in LOAD_KINDS if k in cell)
-    return kind, cell[kind]
-
-
-def _load_label(kind: str, value: float) -> str:
-    return f"c = {value:g}" if kind == "max_concurrency" else f"{value:g} req/s"
-
-
 def _table(res: dict) -> dict:
     """{(workload, kind): {load: {config: {metric: [value per repetition]}}}}"""
     t: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
     for c in res["cells"]:
-        kind, load = _load_of(c)
+        kind, load = load_of(c)
         row = t[(c["workload"], kind)][load][c["config"]]
         for m, _ in METRICS:
             row[m].append(c.get(m))
@@ -162,7 +150,7 @@ def cpu_lines(res: dict) -> list[str]:
         cpu, toks = c.get("server_cpu_s"), c.get("total_output_tokens")
         if not cpu or not toks:
             continue
-        kind, load = _load_of(c)
+        kind, load = load_of(c)
         for role, sec in cpu.items():
             acc[(c["workload"], kind, load, c["config"])][role].append(1e3 * sec / toks)
     if not acc:
@@ -175,7 +163,7 @@ def cpu_lines(res: dict) -> list[str]:
              "| workload | load | config | " + " | ".join(roles) + " |",
              "|---|---|---|" + "---:|" * len(roles)]
     for (workload, kind, load, config), by_role in sorted(acc.items()):
-        lines.append(f"| {workload} | {_load_label(kind, load)} | {config} | " +
+        lines.append(f"| {workload} | {load_label(kind, load)} | {config} | " +
                      " | ".join(f"{median(by_role[r]):.3f}" if by_role.get(r) else "–"
                                 for r in roles) + " |")
     return lines + [""]
@@ -185,13 +173,13 @@ def rep_lines(res: dict) -> list[str]:
     """Markdown: every cell's ratios to no speculation in the same repetition (the
     first-token and tail columns first), and the share of draft tokens the step plan cut
     (cut / (verified + cut); "–" where the server has no plan)."""
-    base = {(c["workload"], *_load_of(c), c["repetition"]): c
+    base = {(c["workload"], *load_of(c), c["repetition"]): c
             for c in res["cells"] if c["config"] == BASELINE}
     order = ("median_ttft_ms", "p99_ttft_ms", "p99_e2el_ms", "output_throughput",
              "median_tpot_ms", "p99_tpot_ms")
     rows = []
     for c in res["cells"]:
-        kind, load = _load_of(c)
+        kind, load = load_of(c)
         b = base.get((c["workload"], kind, load, c["repetition"]))
         if b is None or c["config"] == BASELINE:
             continue
@@ -202,7 +190,7 @@ def rep_lines(res: dict) -> list[str]:
         share = f"{cut / (cut + kept):.2f}" if plugin and cut is not None and cut + kept else "–"
         flag = "*" if c.get("contended") or b.get("contended") else ""
         rows.append(((c["workload"], kind, load, c["repetition"], c["config"]),
-                     f"| {workload_label(c['workload'])} | {_load_label(kind, load)} | "
+                     f"| {workload_label(c['workload'])} | {load_label(kind, load)} | "
                      f"{c['repetition']} | {c['config']}{flag} | " + " | ".join(ratio)
                      + f" | {share} |"))
     if not rows:
@@ -223,7 +211,7 @@ def step_lines(res: dict) -> list[str]:
         sp = c.get("spec") or {}
         if not sp.get("verify_steps") and not sp.get("plain_steps"):
             continue
-        kind, load = _load_of(c)
+        kind, load = load_of(c)
         part = []
         for k in ("verify", "plain"):
             n = sp.get(f"{k}_steps", 0)
@@ -236,7 +224,7 @@ def step_lines(res: dict) -> list[str]:
         part += [f"{c['duration']:.1f}", f"{decode_s:.1f}", f"{sp.get('draft_s', 0.0):.1f}",
                  f"{rest:.1f}"]
         rows.append((c["workload"], kind, load, c["config"], c["repetition"],
-                     f"| {c['workload']} | {_load_label(kind, load)} | {c['config']} | "
+                     f"| {c['workload']} | {load_label(kind, load)} | {c['config']} | "
                      f"{c['repetition']} | "
                      + " | ".join(part) + " |"))
     if not rows:
@@ -251,129 +239,6 @@ def step_lines(res: dict) -> list[str]:
             "plain steps | ms | tokens/step | cell s | decode s | draft s | rest s |",
             "|---|---|---|---:|" + "---:|" * 10] + \
         [r[-1] for r in sorted(rows, key=lambda r: r[:5])] + [""]
-
-
-def steady_lines(res: dict) -> list[str]:
-    """Markdown: TTFT p50 / p99 without the start burst, ratios to no speculation paired
-    per repetition (median) beside no speculation's ms; [] when no cell has them."""
-    t: dict = defaultdict(lambda: defaultdict(list))
-    for c in res["cells"]:
-        if c.get("steady_p50_ttft_ms") is not None:
-            for m, _ in STEADY:
-                t[(c["workload"], *_load_of(c))][(c["config"], m)].append(
-                    (c.get("repetition"), c[m]))
-    rows = []
-    for (workload, kind, load), vals in sorted(t.items()):
-        base = {m: dict(vals.get((BASELINE, m), [])) for m, _ in STEADY}
-        if not base[STEADY[0][0]]:
-            continue
-        configs = sorted({c for c, _ in vals if c != BASELINE})
-        for config in configs:
-            text = []
-            for m, _ in STEADY:
-                rs = [v / base[m][rep] for rep, v in vals[(config, m)] if base[m].get(rep)]
-                text.append(f"{median(rs):.2f}x" if rs else "–")
-            rows.append(f"| {workload} | {_load_label(kind, load)} | {config} | "
-                        f"{median(list(base[STEADY[0][0]].values())):.0f} | "
-                        f"{median(list(base[STEADY[1][0]].values())):.0f} | " + " | ".join(text) + " |")
-    if not rows:
-        return []
-    return ["## First token without the start burst", "",
-            "At concurrency c the first c requests are sent at once and wait for each other's "
-            "prefills (c / n of a cell's requests). These exclude them (rate loads keep every "
-            "request): no speculation's ms, then ratios paired per repetition (median).", "",
-            "| workload | load | config | nospec p50 ms | nospec p99 ms | TTFT p50 | TTFT p99 |",
-            "|---|---|---|---:|---:|---:|---:|"] + rows + [""]
-
-
-def arrivals(cell: dict) -> dict | None:
-    """What each request found when it arrived, from the client's per-request lists
-    (after a closed loop's start burst; rate loads keep every request): arrivals per
-    second, how many found another request still waiting for its first token ("busy"),
-    and the median TTFT (ms) of those that did and of those that did not ("alone").
-    None without the lists."""
-    kept = after_start_burst(cell, *_load_of(cell))
-    if kept is None or len(kept) < 2:
-        return None
-    ttfts, starts = cell["ttfts"], cell["start_times"]
-    alone, busy = [], []
-    for i in kept:
-        waiting = any(j != i and starts[j] <= starts[i] < starts[j] + ttfts[j]
-                      for j in range(len(ttfts)))
-        (busy if waiting else alone).append(1e3 * ttfts[i])
-    span = starts[kept[-1]] - starts[kept[0]]
-    return {"rate": (len(kept) - 1) / span if span > 0 else None, "n": len(kept),
-            "busy": len(busy), "alone_ms": median(alone) if alone else None,
-            "busy_ms": median(busy) if busy else None}
-
-
-def arrival_lines(res: dict) -> list[str]:
-    """Markdown: per cell, the arrival rate, the share of arrivals that found another
-    request before its first token, and TTFT p50 of those that found none, beside no
-    speculation's (median over repetitions; the ratio paired per repetition)."""
-    t: dict = defaultdict(dict)
-    for c in res["cells"]:
-        a = arrivals(c)
-        if a is not None:
-            t[(c["workload"], *_load_of(c))][(c["config"], c.get("repetition"))] = a
-    rows = []
-    med = lambda vals, spec: format(median(vals), spec) if vals else "–"  # noqa: E731
-    for (workload, kind, load), cells in sorted(t.items()):
-        base = {rep: a for (cfg, rep), a in cells.items() if cfg == BASELINE}
-        for config in sorted({cfg for cfg, _ in cells}):
-            mine = [(rep, a) for (cfg, rep), a in cells.items() if cfg == config]
-            ratio = [a["alone_ms"] / base[rep]["alone_ms"] for rep, a in mine
-                     if rep in base and a["alone_ms"] and base[rep]["alone_ms"]]
-            pick = lambda key: [a[key] for _, a in mine if a[key] is not None]  # noqa: E731
-            rows.append(
-                f"| {workload} | {_load_label(kind, load)} | {config} | {len(mine)} | "
-                f"{med(pick('rate'), '.2f')} | "
-                f"{sum(a['busy'] for _, a in mine)} / {sum(a['n'] for _, a in mine)} | "
-                f"{med(pick('alone_ms'), '.0f')} | {med(pick('busy_ms'), '.0f')} | "
-                f"{med(ratio, '.2f')}" + ("x |" if ratio else " |"))
-    if not rows:
-        return []
-    return ["## First token by what the request found on arrival", "",
-            "After a closed loop's start burst (rate loads: every request). In a closed loop a "
-            "faster server gets the next request sooner, so more arrivals find another prompt "
-            "still waiting for its first token and queue behind its prefill. busy: arrivals "
-            "that found one (summed over repetitions); alone / busy ms: TTFT p50 of each group "
-            "(median over repetitions); alone ratio: alone ms over no speculation's, paired "
-            "per repetition (median).", "",
-            "| workload | load | config | reps | arrivals/s | busy | alone ms | busy ms | "
-            "alone ratio |", "|---|---|---|---:|---:|---:|---:|---:|---:|"] + rows + [""]
-
-
-def first_token_lines(res: dict) -> list[str]:
-    """Markdown: where the first token's time goes, from vLLM's request histograms
-    (mean ms per cell, median over repetitions); [] when no cell has them."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for c in res["cells"]:
-        ft = c.get("first_token") or {}
-        if ft.get("queued") and ft.get("prefilled") and ft.get("first_tokens"):
-            groups[(c["workload"], *_load_of(c), c["config"])].append(c)
-    if not groups:
-        return []
-    rows = []
-    for (workload, kind, load, config), cells in sorted(groups.items()):
-        mean = {s: [1e3 * c["first_token"][s] / c["first_token"][n] for c in cells]
-                for s, n in (("queue_s", "queued"), ("prefill_s", "prefilled"),
-                             ("ttft_s", "first_tokens"))}
-        rest = [t - q - p for q, p, t in zip(mean["queue_s"], mean["prefill_s"], mean["ttft_s"])]
-        client = [c["mean_ttft_ms"] for c in cells if c.get("mean_ttft_ms") is not None]
-        rows.append(f"| {workload} | {_load_label(kind, load)} | {config} | {len(cells)} | "
-                    + " | ".join(f"{median(v):.0f}" for v in
-                                 (mean["queue_s"], mean["prefill_s"], rest, mean["ttft_s"]))
-                    + (f" | {median(client):.0f} |" if client else " | – |"))
-    return ["## First token, server side", "",
-            "Mean ms per cell, median over repetitions, from vLLM's request histograms: "
-            "queue = `request_queue_time` (in the scheduler's waiting queue), prefill = "
-            "`request_prefill_time` (first scheduled to first token), TTFT = "
-            "`time_to_first_token` (the API server's arrival to first token), rest = TTFT - "
-            "queue - prefill (mostly waiting for the running step to end before the engine "
-            "takes the request in); client = `vllm bench serve`'s mean TTFT.", "",
-            "| workload | load | config | reps | queue | prefill | rest | TTFT | client |",
-            "|---|---|---|---:|---:|---:|---:|---:|---:|"] + rows + [""]
 
 
 def markdown(res: dict) -> str:

@@ -1,9 +1,7 @@
 """Draft-free n-gram ("prompt lookup") proposer core: pure Python + numpy, no vllm/torch.
 
-Two indexes: :class:`NGramIndex` over one request's own history (below), and
-:class:`CorpusIndex` over the histories of finished requests (cross-request, as
-suffix decoding does: traffic that repeats earlier prompts or outputs drafts their
-continuation).
+:class:`NGramIndex` indexes one request's own history; ``ngram_corpus.CorpusIndex``
+(the same rules over finished requests' histories) uses this module's follower counts.
 
 Given one request's token history (prompt + generated tokens) it proposes up to ``k``
 draft token ids. Semantics, shared by :class:`NGramIndex` and :func:`propose_reference`:
@@ -37,7 +35,7 @@ import numpy as np
 
 from vllm_specdec_plugin.tuning import NGRAM_MIN_PROB, NGRAM_PRIOR
 
-__all__ = ["CorpusIndex", "NGramConfig", "NGramIndex", "propose_reference"]
+__all__ = ["NGramConfig", "NGramIndex", "propose_reference"]
 
 Followers = dict[int, int]  # following token -> occurrences
 
@@ -66,15 +64,15 @@ class NGramConfig:
                 f"ngram window must be > max_n (set window >= {self.max_n + 1} or lower "
                 f"max_n); got window={self.window}, max_n={self.max_n}"
             )
-        _check_prob(self.min_prob)
+        check_prob(self.min_prob)
 
 
-def _check_prob(min_prob: float) -> None:
+def check_prob(min_prob: float) -> None:
     if not 0.0 <= min_prob <= 1.0:
         raise ValueError(f"ngram min_prob must be in [0, 1]; got {min_prob!r}")
 
 
-def _as_int_list(tokens: Sequence[int] | np.ndarray | Iterable[int]) -> list[int]:
+def as_int_list(tokens: Sequence[int] | np.ndarray | Iterable[int]) -> list[int]:
     """1-D int array / sequence -> list of Python ints (hashable, fast to slice)."""
     if isinstance(tokens, np.ndarray):
         if tokens.ndim != 1:
@@ -83,7 +81,7 @@ def _as_int_list(tokens: Sequence[int] | np.ndarray | Iterable[int]) -> list[int
     return [int(t) for t in tokens]
 
 
-def _check_k(k: int) -> None:
+def check_k(k: int) -> None:
     if k < 0:
         raise ValueError(f"ngram k (number of draft tokens) must be >= 0; got k={k}")
 
@@ -98,7 +96,7 @@ def choose(followers: Followers, recent: int, prior: float | None = None) -> tup
     return tok, best / (sum(followers.values()) + (NGRAM_PRIOR if prior is None else prior))
 
 
-def _add(table: dict[tuple[int, ...], Followers], key: tuple[int, ...], tok: int,
+def count_in(table: dict[tuple[int, ...], Followers], key: tuple[int, ...], tok: int,
          prev_tok: int | None) -> None:
     """Count one more occurrence of ``key`` followed by ``tok``. Counts are kept only
     for n-grams seen at least twice: ``prev_tok`` is the follower of the key's one
@@ -111,7 +109,7 @@ def _add(table: dict[tuple[int, ...], Followers], key: tuple[int, ...], tok: int
         table[key] = {tok: 2} if prev_tok == tok else {prev_tok: 1, tok: 1}
 
 
-def _count_out(table: dict[tuple[int, ...], Followers], keys: Iterable[tuple[int, ...]],
+def count_out(table: dict[tuple[int, ...], Followers], keys: Iterable[tuple[int, ...]],
                followers: Iterable[int]) -> None:
     """One occurrence less of each (key, follower) pair; an n-gram without an entry
     had one occurrence, which leaves with it."""
@@ -128,7 +126,7 @@ def _count_out(table: dict[tuple[int, ...], Followers], keys: Iterable[tuple[int
                 del table[key]
 
 
-def _ngram_keys(toks: list[int], lo: int, hi: int, n: int) -> list[tuple[int, ...]]:
+def ngram_keys(toks: list[int], lo: int, hi: int, n: int) -> list[tuple[int, ...]]:
     """The n-grams starting at ``lo .. hi - 1``, none if ``hi <= lo`` (C-speed zip for
     a prompt's many)."""
     if hi - lo > 8:
@@ -149,8 +147,8 @@ def propose_reference(
     ``history``: 1-D token ids, shape ``[L]``. Returns ``<= k`` draft token ids.
     """
     NGramConfig(max_n, min_n, window, min_prob)
-    _check_k(k)
-    ctx = _as_int_list(history)
+    check_k(k)
+    ctx = as_int_list(history)
     lo = max(0, len(ctx) - window)
     draft: list[int] = []
     conf = 1.0
@@ -213,7 +211,7 @@ class NGramIndex:
 
     def extend(self, tokens: Sequence[int] | np.ndarray | Iterable[int]) -> None:
         """Append accepted tokens (1-D, shape ``[T]``) to the history and index them."""
-        toks, new = self._tokens, _as_int_list(tokens)
+        toks, new = self._tokens, as_int_list(tokens)
         if not new:
             return
         old = len(toks)
@@ -227,15 +225,15 @@ class NGramIndex:
             lo, hi = max(0, old - n), len(toks) - n
             end = min(cut, lo)
             if end > self._cut:  # first: a start leaving now is no longer "in the window"
-                _count_out(f, _ngram_keys(toks, self._cut, end, n), toks[self._cut + n:end + n])
+                count_out(f, ngram_keys(toks, self._cut, end, n), toks[self._cut + n:end + n])
             if hi > lo:
                 get = d.get
-                for p, key, tok in zip(range(lo, hi), _ngram_keys(toks, lo, hi, n),
+                for p, key, tok in zip(range(lo, hi), ngram_keys(toks, lo, hi, n),
                                        toks[lo + n:hi + n]):
                     prev = get(key)
                     d[key] = p  # in order: the most recent wins
                     if p >= cut:
-                        _add(f, key, tok, toks[prev + n] if prev is not None and prev >= cut
+                        count_in(f, key, tok, toks[prev + n] if prev is not None and prev >= cut
                              else None)
         self._cut = cut
 
@@ -257,7 +255,7 @@ class NGramIndex:
         start, follower counts), read on top of the real index: any overlay position
         is more recent, and its counts add to the real ones.
         """
-        _check_k(k)
+        check_k(k)
         cfg, toks, maps, follow = self.config, self._tokens, self._maps, self._follow
         min_n, max_n = cfg.min_n, cfg.max_n
         L = len(toks)
@@ -308,135 +306,3 @@ class NGramIndex:
                 of[nxt] = of.get(nxt, 0) + 1
             ctx.append(nxt)
         return draft
-
-
-class CorpusIndex:
-    """Cross-request n-gram index over finished requests' token histories.
-
-    ``add`` stores one finished request's tokens (prompt + output). ``propose`` takes
-    a live request's context and, for ``n = MIN_LONG_N, max_n .. min_n`` (longest
-    first), looks up its last ``n`` tokens; the draft token is the most frequent
-    follower of that n-gram over the stored sequences (ties: the most recently added
-    occurrence's, else the smallest id), its confidence that frequency (with the
-    module's prior, none for the ``MIN_LONG_N`` key of a replay), and the chain
-    goes on from the context plus the drafts as :func:`propose_reference` does
-    (``min_prob``), for at most as many tokens as the match is long (as suffix
-    decoding's ``max_spec_factor`` 1: a one-token match drafts one token). Holds at
-    most ``max_tokens`` tokens: the oldest sequences are evicted first, with their
-    index entries and counts (memory stays bounded).
-    ``add`` costs O(max_n) dict updates per token, ``propose`` O(k * max_n) lookups
-    (and at most ``MAX_EXTEND`` comparisons).
-    """
-
-    MAX_EXTEND = 64  # tokens: how far back a match's length is measured
-    MIN_LONG_N = 16  # tokens: the key length that finds a replay's own earlier position
-
-    def __init__(self, max_tokens: int, max_n: int = 4, min_n: int = 3,
-                 min_prob: float = NGRAM_MIN_PROB) -> None:
-        if not (max_n >= min_n >= 1) or max_tokens <= max_n:
-            raise ValueError(f"CorpusIndex needs max_n >= min_n >= 1 and max_tokens > max_n; "
-                             f"got max_n={max_n}, min_n={min_n}, max_tokens={max_tokens}")
-        _check_prob(min_prob)
-        self.max_tokens, self.max_n, self.min_n = max_tokens, max_n, min_n
-        self.min_prob = min_prob
-        self._seqs: dict[int, list[int]] = {}  # id -> tokens, insertion order = age
-        self._next_id = 0
-        self._total = 0
-        # Key lengths, longest first: a long key (if longer than max_n) places a
-        # replayed context at its own earlier occurrence, where the most recent
-        # occurrence of a short n-gram may be a common phrase of another request.
-        self._ns = ([self.MIN_LONG_N] if self.MIN_LONG_N > max_n else []) + \
-            list(range(max_n, min_n - 1, -1))
-        # _maps[i]: n-gram of length _ns[i] -> (sequence id, start), most recent occurrence
-        self._maps: list[dict[tuple[int, ...], tuple[int, int]]] = [{} for _ in self._ns]
-        # _follow[i]: n-gram of length _ns[i] -> {follower: occurrences in stored
-        # sequences}, for n-grams stored at least twice (once: the _maps entry says it)
-        self._follow: list[dict[tuple[int, ...], Followers]] = [{} for _ in self._ns]
-
-    def __len__(self) -> int:
-        """Tokens held."""
-        return self._total
-
-    def add(self, tokens: Sequence[int] | np.ndarray | Iterable[int]) -> int:
-        """Store one finished request's history (1-D token ids; only the last
-        ``max_tokens`` of a longer one are kept). Returns the tokens stored (0: none)."""
-        toks = _as_int_list(tokens)[-self.max_tokens:]
-        if len(toks) <= self.min_n:
-            return 0  # no n-gram with a follower
-        sid, self._next_id = self._next_id, self._next_id + 1
-        self._seqs[sid] = toks
-        self._total += len(toks)
-        seqs = self._seqs
-        for n, d, f in zip(self._ns, self._maps, self._follow):
-            get = d.get
-            for p, key, tok in zip(count(), _ngram_keys(toks, 0, len(toks) - n, n), toks[n:]):
-                prev = get(key)
-                d[key] = (sid, p)  # the newest sequence wins (its latest occurrence)
-                if prev is not None:
-                    _add(f, key, tok, seqs[prev[0]][prev[1] + n])
-        while self._total > self.max_tokens:
-            self.evict_oldest()
-        return len(toks)
-
-    def evict_oldest(self) -> None:
-        """Drop the oldest stored sequence and its index entries and counts."""
-        sid = next(iter(self._seqs))
-        toks = self._seqs.pop(sid)
-        self._total -= len(toks)
-        for j, n in enumerate(self._ns):
-            d, f = self._maps[j], self._follow[j]
-            keys = _ngram_keys(toks, 0, len(toks) - n, n)  # those with a known follower
-            _count_out(f, keys, toks[n:])
-            for key in keys:
-                hit = d.get(key)
-                if hit is not None and hit[0] == sid:  # newer sequences keep their entries
-                    del d[key]
-
-    def _lookup(self, ctx: list[int]) -> tuple[int, int, int, tuple[int, ...]] | None:
-        """(key index, sequence id, start, key) of the longest stored suffix of ``ctx``."""
-        m = len(ctx)
-        for j, (n, d) in enumerate(zip(self._ns, self._maps)):
-            if n > m:
-                continue
-            key = tuple(ctx[m - n:])
-            hit = d.get(key)
-            if hit is not None:
-                return j, hit[0], hit[1], key
-        return None
-
-    def propose(self, context: Sequence[int], k: int) -> tuple[list[int], int]:
-        """(up to ``min(k, match length)`` draft token ids continuing ``context``, the
-        match length);
-        ([], 0) without a match of at least ``min_n`` tokens. ``context``: 1-D token
-        ids (Python ints). The lookup reads its last ``MIN_LONG_N``; the match length
-        then extends backwards from the first lookup's most recent occurrence while that
-        sequence and the context agree (up to ``MAX_EXTEND`` tokens), so a request
-        replaying an earlier one reports a long match where a common phrase reports a
-        short one."""
-        _check_k(k)
-        m = len(context)
-        ctx = list(context[m - min(m, self._ns[0]):])
-        first = self._lookup(ctx)
-        if first is None:
-            return [], 0
-        j, sid, s, _ = first
-        n, seq = self._ns[j], self._seqs[sid]
-        length, limit = n, min(m, s + n, self.MAX_EXTEND)
-        while length < limit and seq[s + n - length - 1] == context[m - length - 1]:
-            length += 1
-        draft: list[int] = []
-        conf, hit, k = 1.0, first, min(k, length)
-        while len(draft) < k and hit is not None:
-            j, sid, s, key = hit
-            recent = self._seqs[sid][s + self._ns[j]]
-            # A 16-token context seen once is a replay's own earlier position: its
-            # follower is as good as certain (no prior), as on a suffix tree's deep path.
-            tok, p = choose(self._follow[j].get(key) or {recent: 1}, recent,
-                            0.0 if self._ns[j] >= self.MIN_LONG_N else None)
-            if conf * p < self.min_prob:
-                break
-            conf *= p
-            draft.append(tok)
-            ctx.append(tok)
-            hit = self._lookup(ctx[-self._ns[0]:])
-        return draft, length

@@ -24,7 +24,8 @@ import numpy as np
 from vllm_specdec_plugin.config import SpecDecConfig
 from vllm_specdec_plugin.kv import BlockAllocator
 from vllm_specdec_plugin.match_pricing import MatchKey, lookup_alpha, match_key
-from vllm_specdec_plugin.ngram import CorpusIndex, NGramConfig, NGramIndex
+from vllm_specdec_plugin.ngram import NGramConfig, NGramIndex
+from vllm_specdec_plugin.ngram_corpus import CorpusIndex
 from vllm_specdec_plugin.request_state import RequestState, truncate
 from vllm_specdec_plugin.speedup import best_k, choose_source
 from vllm_specdec_plugin.tenancy import ScopedCorpus

@@ -25,7 +25,7 @@ from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Callable, Generic, Hashable, Iterable, Sequence, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vllm_specdec_plugin.ngram import CorpusIndex
+    from vllm_specdec_plugin.ngram_corpus import CorpusIndex
 # Scopes whose learned statistics are kept at once; the least recently used is
 # dropped (it restarts from the prior). Each holds a few floats per draft source.
 MAX_SCOPES = 4096
@@ -75,7 +75,7 @@ class ScopedStore(Generic[V]):
 
 
 class ScopedCorpus:
-    """One corpus (``make_index()``: an empty ``ngram.CorpusIndex`` holding up to
+    """One corpus (``make_index()``: an empty ``ngram_corpus.CorpusIndex`` holding up to
     ``max_tokens``) per scope, under one budget of ``max_tokens``: the oldest finished
     request is evicted first, whatever its scope."""
 

@@ -31,7 +31,10 @@ import sys
 import types
 from pathlib import Path
 
-from vllm_specdec_plugin import ngram as new
+from vllm_specdec_plugin import ngram, ngram_corpus
+
+# The current index: its two modules seen as one, as the old ngram.py held both.
+new = types.SimpleNamespace(**vars(ngram), CorpusIndex=ngram_corpus.CorpusIndex)
 
 BEFORE = "673da04"  # the last commit whose ngram.py drafted the most recent occurrence's follower
 CORPUS_MIN_N = 1  # the current code's ngram_corpus_min_n (the index before: 3)

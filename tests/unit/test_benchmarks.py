@@ -447,7 +447,7 @@ def test_serving_report_splits_the_first_token():
     """serving.md's first-token table: per cell the mean queue, prefill, rest and engine
     TTFT in ms from vLLM's histogram sums and counts, median over repetitions, beside
     the client's; cells without them (older runs) leave the table out."""
-    from benchmarks import serving_report
+    from benchmarks import serving_first_token
 
     def cell(rep, queue_s):
         return {"config": "plugin-x", "workload": "unique", "max_concurrency": 16,
@@ -458,15 +458,15 @@ def test_serving_report_splits_the_first_token():
     res = {"meta": {"pair": "ci", "started": "t", "git": {"short": "x"}, "args": {}},
            "cells": [cell(0, 0.4), cell(1, 0.8), cell(2, 1.2)]}
     assert "| unique | c = 16 | plugin-x | 3 | 200 | 500 | 100 | 800 | 700 |" in \
-        serving_report.first_token_lines(res)
-    assert serving_report.first_token_lines({"cells": [dict(cell(0, 0.4), first_token={})]}) == []
+        serving_first_token.first_token_lines(res)
+    assert serving_first_token.first_token_lines({"cells": [dict(cell(0, 0.4), first_token={})]}) == []
 
 
 @pytest.mark.unit
 def test_serving_report_splits_first_tokens_by_what_the_arrival_found():
     """After the start burst, a request that arrives while another still waits for its
     first token is "busy"; the table pairs the others' TTFT p50 with no speculation's."""
-    from benchmarks import serving_report
+    from benchmarks import serving_first_token
 
     def cell(config, ttfts, starts):
         return {"config": config, "workload": "unique", "max_concurrency": 2,
@@ -475,14 +475,14 @@ def test_serving_report_splits_first_tokens_by_what_the_arrival_found():
     # c = 2: requests 0 and 1 are the burst; 3 arrives at 6.5 s while 2 (6.0 + 1.0 s)
     # still waits; 2 and 4 arrive to none.
     plugin = cell("plugin-x", [5.0, 5.0, 1.0, 2.0, 1.2], [0.0, 0.0, 6.0, 6.5, 9.0])
-    got = serving_report.arrivals(plugin)
+    got = serving_first_token.arrivals(plugin)
     assert got["n"] == 3 and got["busy"] == 1 and got["busy_ms"] == 2000.0
     assert got["alone_ms"] == 1100.0 and abs(got["rate"] - 2 / 3.0) < 1e-9
     base = cell("nospec", [5.0, 5.0, 1.0, 1.0, 1.0], [0.0, 0.0, 6.0, 8.0, 10.0])
-    lines = serving_report.arrival_lines({"cells": [plugin, base]})
+    lines = serving_first_token.arrival_lines({"cells": [plugin, base]})
     assert "| unique | c = 2 | plugin-x | 1 | 0.67 | 1 / 3 | 1100 | 2000 | 1.10x |" in lines
     assert "| unique | c = 2 | nospec | 1 | 0.50 | 0 / 3 | 1000 | – | 1.00x |" in lines
-    assert serving_report.arrival_lines({"cells": [dict(plugin, ttfts=None)]}) == []
+    assert serving_first_token.arrival_lines({"cells": [dict(plugin, ttfts=None)]}) == []
 
 
 @pytest.mark.unit

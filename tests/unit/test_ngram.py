@@ -10,7 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from vllm_specdec_plugin.ngram import CorpusIndex, NGramConfig, NGramIndex, propose_reference
+from vllm_specdec_plugin.ngram import NGramConfig, NGramIndex, propose_reference
+from vllm_specdec_plugin.ngram_corpus import CorpusIndex
 from vllm_specdec_plugin.tuning import NGRAM_PRIOR
 
 pytestmark = pytest.mark.unit

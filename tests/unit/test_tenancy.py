@@ -7,7 +7,7 @@ import pytest
 from vllm_specdec_plugin.adaptive import AdaptiveConfig, AdaptiveK
 from vllm_specdec_plugin.config import SpecDecConfig
 from vllm_specdec_plugin.errors import SpecDecConfigError
-from vllm_specdec_plugin.ngram import CorpusIndex
+from vllm_specdec_plugin.ngram_corpus import CorpusIndex
 from vllm_specdec_plugin.planning import Planner
 from vllm_specdec_plugin.tenancy import UNSALTED, ScopedCorpus, ScopedStore, scope_key
 
