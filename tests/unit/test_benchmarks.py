@@ -655,3 +655,42 @@ def test_steady_ttft_drops_a_closed_loops_start_burst():
     assert got["steady_p50_ttft_ms"] == 2000.0 and abs(got["steady_p99_ttft_ms"] - 2980.0) < 1e-6
     assert steady_ttft(cell, Load("request_rate", 2.0))["steady_p50_ttft_ms"] == 3000.0
     assert steady_ttft({"ttfts": [1.0]}, Load("request_rate", 1.0)) == {}
+
+
+@pytest.mark.unit
+def test_throughput_ceiling_spends_the_first_token_budget_and_verifies_every_decode_token(tmp_path):
+    """The ceiling: the rest grows by 10 % of verify tokens (b ms each, α accepted),
+    the remaining decode tokens come at the verifying steps' ms per token; b is the
+    last fit the plugin's server logged before the cell ended."""
+    from benchmarks import throughput_ceiling as tc
+
+    # rest 10 s -> +1 s = 250 verify tokens at 4 ms, 200 accepted; 1,000 decode tokens
+    # -> 800 at 5 ms = 4 s: 15 s.
+    assert tc.ceiling_s(rest_s=10.0, decode_tokens=1000, verify_ms_per_token=5.0, b_ms=4.0,
+                        alpha=0.8) == pytest.approx(15.0)
+    assert tc.ceiling_s(rest_s=10.0, decode_tokens=100, verify_ms_per_token=5.0, b_ms=4.0,
+                        alpha=0.8) == pytest.approx(11.0)  # gains beyond the decode tokens: none
+
+    def cell(config, tput, spec=None):
+        return {"config": config, "workload": "unique", "max_concurrency": 8, "repetition": 0,
+                "date": "20261128-043649", "duration": 20.0, "total_output_tokens": 1200,
+                "output_throughput": tput, **({"spec": spec} if spec else {})}
+
+    spec = {"verify_step_s": 5.0, "verify_emitted": 1000.0, "plain_step_s": 2.0,
+            "plain_emitted": 200.0, "draft_s": 3.0, "draft_tokens": 1000.0, "accepted": 800.0}
+    (tmp_path / "serving.json").write_text(json.dumps({"cells": [
+        cell("nospec", 40.0), cell("suffix-k32", 50.0), cell("plugin-x", 60.0, spec)]}))
+    (tmp_path / "serve-plugin-x-rep0.log").write_text(
+        "(Worker pid=1) INFO 11-28 04:30:00 [step_record.py:116] specdec: step cost fit: "
+        "a 50 ms + b 9 ms/token + p 2 ms/prefill token, σ 1 ms; at B 8: v 0.4\n"
+        "(Worker pid=1) INFO 11-28 04:36:04 [step_record.py:116] specdec: step cost fit: "
+        "a 50 ms + b 4 ms/token + p 2 ms/prefill token, σ 1 ms; at B 8: v 0.4\n"
+        "(Worker pid=1) INFO 11-28 04:40:00 [step_record.py:116] specdec: step cost fit: "
+        "a 50 ms + b 1 ms/token + p 2 ms/prefill token, σ 1 ms; at B 8: v 0.4\n")
+    (row,) = tc.rows_of(tmp_path, "suffix-k32")
+    assert row["b_ms"] == 4.0 and row["alpha"] == 0.8 and row["rest_s"] == pytest.approx(10.0)
+    # 1,200 decode tokens: 10 + 1 + (1200 - 200) * 5 ms = 16 s; no speculation took 30 s.
+    assert row["ceiling"] == pytest.approx(30.0 / 16.0)
+    assert row["measured"] == 1.5 and row["other"] == 1.25
+    (line,) = [ln for ln in tc.lines(tmp_path, "suffix-k32") if "plugin-x" in ln]
+    assert "| 5.00 | 10.00 | 4.00 | 0.80 | 1.50x | 1.88x | 1.25x | 1.38x |" in line
