@@ -53,10 +53,11 @@ from pathlib import Path
 
 from benchmarks import machine, serving_report
 from benchmarks.configs import expand, select
-from benchmarks.serving_client import (WORKLOADS, Load, _children_cpu_s, bench, output_lengths,
-                                       write_dataset, write_prompts)
+from benchmarks.serving_client import (WORKLOADS, Load, _children_cpu_s, bench, write_dataset,
+                                       write_prompts)
 from benchmarks.serving_server import LATENCY_SERIES, REPO, Server
-from benchmarks.workloads import load_prompt_set, sharegpt_pool, unique_code_prompts
+from benchmarks.workloads import (load_prompt_set, output_lengths, sharegpt_pool,
+                                  unique_code_prompts)
 
 FULL = dict(configs=["nospec-again", "draft_model-k4", "ngram-k4", "suffix-k8", "suffix-k24",
                      "plugin-k4", "plugin-hybrid-adaptive-k8"],
@@ -81,7 +82,8 @@ def run(args: argparse.Namespace) -> dict:
     unique = unique_code_prompts() if "unique" in args.workloads else []
     pair = ensure_pair(args.pair)
     target, draft = str(pair.target), str(pair.draft)
-    chats = (sharegpt_pool(target, args.output_len, args.max_model_len, args.seed)
+    chats = (sharegpt_pool(target, args.output_len, args.max_model_len, args.seed,
+                           args.output_spread)
              if "sharegpt" in args.workloads else [])
     for name, pool in (("unique", unique), ("sharegpt", chats)):
         need = args.reps * sum(ld.num_prompts(per_load) for w, ld in cells if w == name)
@@ -199,7 +201,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--output-len", type=int, default=None)
     ap.add_argument("--output-spread", type=float, default=0.0,
                     help="vary each request's output length uniformly over "
-                         "output-len x [1 - s, 1 + s] (0: every request output-len tokens)")
+                         "output-len x [1 - s, 1 + s] (0: every request output-len tokens; "
+                         "sharegpt: each reference answer cut at its own such length)")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", default="float32",

@@ -2,8 +2,8 @@
 
 ``bench`` runs vLLM's own load generator against one ``Server`` at one ``Load`` (a
 closed-loop concurrency or a Poisson rate) and returns vLLM's result dict;
-``write_prompts`` and ``output_lengths`` write a cell's prompts as vLLM's ``custom``
-dataset, with per-request output lengths.
+``write_prompts`` writes a cell's prompts as vLLM's ``custom`` dataset, with
+per-request output lengths (``workloads.output_lengths``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import resource
 import subprocess
 from dataclasses import dataclass
@@ -65,15 +64,6 @@ def write_prompts(path: Path, prompts: list[str], lengths: list[int] | None = No
     return path
 
 
-def output_lengths(n: int, mean: int, spread: float, rng: random.Random) -> list[int]:
-    """``n`` output lengths drawn uniformly from mean·[1 - spread, 1 + spread] (at least 2).
-
-    With fixed lengths, a closed loop keeps its requests in lockstep: without
-    speculation they finish, and restart, together. Real traffic has varied lengths.
-    """
-    return [max(2, round(mean * rng.uniform(1 - spread, 1 + spread))) for _ in range(n)]
-
-
 def write_dataset(path: Path) -> int:
     """The mixed prompt set as vLLM's ``custom`` dataset (JSONL, one "prompt" per line)."""
     prompts = load_prompt_set("mixed")
@@ -98,7 +88,7 @@ def bench(server: Server, workload: str, load: Load, num_prompts: int, args: arg
           dataset: Path, result: Path, tokenizer: str, varied: bool = False) -> dict:
     """One ``vllm bench serve`` run against ``server``; returns vLLM's result dict.
 
-    varied: ``dataset`` gives each request its ``output_tokens`` (``output_lengths``).
+    varied: ``dataset`` gives each request its ``output_tokens`` (``workloads.output_lengths``).
     """
     backend, endpoint = WORKLOADS[workload]
     cmd = [str(BIN / "vllm"), "bench", "serve", "--backend", backend, "--endpoint", endpoint,

@@ -8,6 +8,7 @@ its record verbatim, without the newline before the next separator.
 from __future__ import annotations
 
 import hashlib
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,13 +99,24 @@ def unique_code_prompts(max_lines: int = 20, max_chars: int = 800,
     return out
 
 
+def output_lengths(n: int, mean: int, spread: float, rng: random.Random) -> list[int]:
+    """``n`` output lengths drawn uniformly from mean·[1 - spread, 1 + spread] (at least 2).
+
+    With fixed lengths, a closed loop keeps its requests in lockstep: without
+    speculation they finish, and restart, together. Real traffic has varied lengths.
+    """
+    return [max(2, round(mean * rng.uniform(1 - spread, 1 + spread))) for _ in range(n)]
+
+
 def sharegpt_pool(tokenizer_dir: str, max_output_tokens: int, max_model_len: int,
-                  seed: int) -> list[dict]:
+                  seed: int, spread: float = 0.0) -> list[dict]:
     """Held-out ShareGPT first exchanges (``fixtures.sharegpt``: none of them trained the
     real pair's draft), shuffled with ``seed``, each ready for ``vllm bench serve
     --dataset-name sharegpt``: the answer is cut to its first ``max_output_tokens``
     tokens, because vLLM's loader asks for as many output tokens as the reference
-    answer has. Exchanges vLLM's loader would drop (``is_valid_sequence``: prompt or
+    answer has. With ``spread`` each answer is cut instead at its own length drawn as
+    ``output_lengths`` draws them (mean ``max_output_tokens``): most answers are longer
+    than the cut, so one cut for all would keep a closed loop's requests in lockstep. Exchanges vLLM's loader would drop (``is_valid_sequence``: prompt or
     answer under 4 tokens, prompt over 1024) or whose chat-formatted prompt plus answer
     would not fit ``max_model_len`` are left out, so a cell of n gets exactly n requests.
     """
@@ -119,11 +131,14 @@ def sharegpt_pool(tokenizer_dir: str, max_output_tokens: int, max_model_len: int
     path = fetch(SHAREGPT_JSON, fixtures_root() / "downloads")
     _, heldout = sharegpt.split(sharegpt.load_conversations(path))
     random.Random(seed).shuffle(heldout)
+    cuts = random.Random(seed + 1)   # its own stream: the prompts' order stays the seed's
     out = []
     for conv in heldout:
         user, answer = sharegpt.first_exchange(conv)
         p_len = len(tok(user).input_ids)
-        a_ids = tok(answer).input_ids[:max_output_tokens]
+        cut_at = output_lengths(1, max_output_tokens, spread, cuts)[0] if spread else \
+            max_output_tokens
+        a_ids = tok(answer).input_ids[:cut_at]
         if not 4 <= p_len <= 1024 or len(a_ids) < 4:
             continue
         chat = tok.apply_chat_template([{"role": "user", "content": user}],

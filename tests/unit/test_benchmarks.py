@@ -367,11 +367,11 @@ def test_output_spread_gives_each_request_its_length(tmp_path):
     import json
     import random
 
-    from benchmarks import serving, serving_client
+    from benchmarks import serving, serving_client, workloads
 
-    lengths = serving_client.output_lengths(400, 64, 0.5, random.Random(1))
+    lengths = workloads.output_lengths(400, 64, 0.5, random.Random(1))
     assert min(lengths) >= 32 and max(lengths) <= 96 and len(set(lengths)) > 30
-    assert lengths == serving_client.output_lengths(400, 64, 0.5, random.Random(1))
+    assert lengths == workloads.output_lengths(400, 64, 0.5, random.Random(1))
     rows = [json.loads(line) for line in serving_client.write_prompts(
         tmp_path / "d.jsonl", ["a", "b"], [5, 7]).read_text().splitlines()]
     assert rows == [{"prompt": "a", "output_tokens": 5}, {"prompt": "b", "output_tokens": 7}]
@@ -694,3 +694,50 @@ def test_throughput_ceiling_spends_the_first_token_budget_and_verifies_every_dec
     assert row["measured"] == 1.5 and row["other"] == 1.25
     (line,) = [ln for ln in tc.lines(tmp_path, "suffix-k32") if "plugin-x" in ln]
     assert "| 5.00 | 10.00 | 4.00 | 0.80 | 1.50x | 1.88x | 1.25x | 1.38x |" in line
+
+
+@pytest.mark.unit
+def test_sharegpt_answers_are_cut_at_lengths_of_their_own_with_a_spread(tmp_path, monkeypatch):
+    """--output-spread on ShareGPT: each reference answer is cut at its own drawn length
+    (mean output-len), not all at output-len; answers shorter than their cut stay whole;
+    the prompts and their order are the seed's either way."""
+    import hashlib
+    import types
+
+    from benchmarks import workloads
+    from specdec_fixtures import registry_files, sharegpt
+
+    ids = [i for i in (f"c{n}" for n in range(5000)) if sharegpt.is_heldout(i)][:60]
+    convs = [{"id": i, "conversations": [
+        {"from": "human", "value": f"question {i} " + "w " * 5},
+        {"from": "gpt", "value": " ".join(f"a{j}" for j in range(8 if n % 10 == 0 else 300))}]}
+        for n, i in enumerate(ids)]
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(convs))
+    assert hashlib.sha256(ids[0].encode()).digest()[0] < sharegpt.HELDOUT_BYTE
+
+    class Tok:  # one token per word
+        def __call__(self, text, add_special_tokens=True):
+            return types.SimpleNamespace(input_ids=text.split())
+
+        def decode(self, ids, skip_special_tokens=True):
+            return " ".join(ids)
+
+        def apply_chat_template(self, msgs, add_generation_prompt, tokenize):
+            return "user: " + msgs[0]["content"]
+
+    monkeypatch.setitem(sys.modules, "transformers", types.SimpleNamespace(
+        AutoTokenizer=types.SimpleNamespace(from_pretrained=lambda _: Tok())))
+    monkeypatch.setattr(registry_files, "fetch", lambda *a, **k: path)
+
+    def answer_lens(spread):
+        pool = workloads.sharegpt_pool("tok", 128, 2048, seed=3, spread=spread)
+        return [p["id"] for p in pool], [len(p["conversations"][1]["value"].split()) for p in pool]
+
+    fixed_ids, fixed = answer_lens(0.0)
+    varied_ids, varied = answer_lens(0.5)
+    assert varied_ids == fixed_ids and len(fixed_ids) == 60
+    assert set(fixed) == {8, 128}
+    long = [n for n in varied if n != 8]
+    assert min(long) >= 64 and max(long) <= 192 and len(set(long)) > 20
+    assert varied.count(8) == fixed.count(8) == 6   # short answers stay whole
