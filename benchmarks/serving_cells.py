@@ -1,5 +1,5 @@
-"""What identifies a serving benchmark cell's load, shared by the report, its plots and
-the merge of runs."""
+"""What identifies a serving benchmark cell's load, and how its time splits, shared by
+the report, its plots, the merge of runs and the throughput ceiling."""
 
 from __future__ import annotations
 
@@ -15,3 +15,13 @@ def load_of(cell: dict) -> tuple[str, float]:
 def load_label(kind: str, value: float) -> str:
     """"c = 16" or "2 req/s"."""
     return f"c = {value:g}" if kind == "max_concurrency" else f"{value:g} req/s"
+
+
+def time_split(cell: dict) -> tuple[float, float, float]:
+    """(decode s, draft s, rest s) of a plugin cell, from its step counters: seconds in
+    prefill-free target steps, in draft rounds, and the rest of the cell (steps that
+    carried a prompt, scheduling, HTTP)."""
+    sp = cell.get("spec") or {}
+    decode_s = sp.get("verify_step_s", 0.0) + sp.get("plain_step_s", 0.0)
+    draft_s = sp.get("draft_s", 0.0)
+    return decode_s, draft_s, cell["duration"] - decode_s - draft_s

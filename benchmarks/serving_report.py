@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.configs import BASELINE
-from benchmarks.serving_cells import LOAD_KINDS, load_label, load_of
+from benchmarks.serving_cells import LOAD_KINDS, load_label, load_of, time_split
 from benchmarks.serving_first_token import arrival_lines, first_token_lines, steady_lines
 from benchmarks.stats import geomean, median
 
@@ -217,12 +217,10 @@ def step_lines(res: dict) -> list[str]:
             n = sp.get(f"{k}_steps", 0)
             part += [f"{n:.0f}", f"{1e3 * sp[f'{k}_step_s'] / n:.1f}" if n else "–",
                      f"{sp[f'{k}_emitted'] / n:.2f}" if n else "–"]
-        # What the cell spent outside prefill-free steps and draft rounds: steps that
-        # carried a prompt, scheduling, HTTP. Speculation can't shorten most of it.
-        decode_s = sp.get("verify_step_s", 0.0) + sp.get("plain_step_s", 0.0)
-        rest = c["duration"] - decode_s - sp.get("draft_s", 0.0)
-        part += [f"{c['duration']:.1f}", f"{decode_s:.1f}", f"{sp.get('draft_s', 0.0):.1f}",
-                 f"{rest:.1f}"]
+        # rest: steps that carried a prompt, scheduling, HTTP; speculation can't shorten
+        # most of it.
+        decode_s, draft_s, rest = time_split(c)
+        part += [f"{c['duration']:.1f}", f"{decode_s:.1f}", f"{draft_s:.1f}", f"{rest:.1f}"]
         rows.append((c["workload"], kind, load, c["config"], c["repetition"],
                      f"| {c['workload']} | {load_label(kind, load)} | {c['config']} | "
                      f"{c['repetition']} | "

@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 
 from benchmarks.configs import BASELINE
-from benchmarks.serving_cells import load_label, load_of
+from benchmarks.serving_cells import load_label, load_of, time_split
 
 TTFT_BUDGET = 0.10  # the issue's TTFT p50 bound, 1.10x: the most the rest may grow
 FIT = re.compile(r"INFO (\d\d-\d\d \d\d:\d\d:\d\d) .*step cost fit: a ([\d.]+) ms \+ "
@@ -69,6 +69,7 @@ def rows_of(run: Path, over: str) -> list[dict]:
     the ceiling, and ``over``'s in the same repetition."""
     res = json.loads((run / "serving.json").read_text())
     by = {(c["config"], c["workload"], *load_of(c), c.get("repetition")): c for c in res["cells"]}
+    logged: dict[Path, list] = {}  # each server log parsed once (it serves every load)
     out = []
     for c in res["cells"]:
         sp = c.get("spec") or {}
@@ -77,11 +78,12 @@ def rows_of(run: Path, over: str) -> list[dict]:
         key = (c["workload"], *load_of(c), c.get("repetition"))
         base, other = by.get((BASELINE, *key)), by.get((over, *key))
         log = run / f"serve-{c['config']}-rep{c.get('repetition')}.log"
-        b = fit_for(c, fits(log)) if log.exists() else None
+        if log.exists() and log not in logged:
+            logged[log] = fits(log)
+        b = fit_for(c, logged[log]) if log in logged else None
         if base is None or b is None:
             continue
-        decode_s = sp["verify_step_s"] + sp.get("plain_step_s", 0.0)
-        cell = {"rest_s": c["duration"] - decode_s - sp.get("draft_s", 0.0),
+        cell = {"rest_s": time_split(c)[2],
                 "decode_tokens": sp["verify_emitted"] + sp.get("plain_emitted", 0.0),
                 "verify_ms_per_token": 1e3 * sp["verify_step_s"] / sp["verify_emitted"],
                 "b_ms": b, "alpha": sp["accepted"] / sp["draft_tokens"]}

@@ -116,9 +116,10 @@ def sharegpt_pool(tokenizer_dir: str, max_output_tokens: int, max_model_len: int
     tokens, because vLLM's loader asks for as many output tokens as the reference
     answer has. With ``spread`` each answer is cut instead at its own length drawn as
     ``output_lengths`` draws them (mean ``max_output_tokens``): most answers are longer
-    than the cut, so one cut for all would keep a closed loop's requests in lockstep. Exchanges vLLM's loader would drop (``is_valid_sequence``: prompt or
-    answer under 4 tokens, prompt over 1024) or whose chat-formatted prompt plus answer
-    would not fit ``max_model_len`` are left out, so a cell of n gets exactly n requests.
+    than the cut, so one cut for all would keep a closed loop's requests in lockstep.
+    Exchanges vLLM's loader would drop (``is_valid_sequence``: prompt or answer under 4
+    tokens, prompt over 1024) or whose chat-formatted prompt plus answer would not fit
+    ``max_model_len`` are left out, so a cell of n gets exactly n requests.
     """
     import random
 
