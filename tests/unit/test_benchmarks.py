@@ -443,6 +443,40 @@ def test_serving_report_pools_paired_ratios_next_to_the_a_a_control():
 
 
 @pytest.mark.unit
+def test_serving_report_pools_the_tail_over_repetitions_with_an_interval():
+    """serving.md's tail table: p99 of TTFT, vLLM's TPOT ((latency - TTFT) / (tokens - 1),
+    one-token answers left out) and e2e over all repetitions' requests, over no
+    speculation's, with a bootstrap interval that holds the ratio; no lists, no table."""
+    from benchmarks import serving_report, serving_tail
+
+    def cell(config, rep, scale):
+        lat = [scale * (1.0 + 0.01 * i) for i in range(40)]
+        return {"config": config, "workload": "sharegpt", "max_concurrency": 16,
+                "repetition": rep, "output_throughput": 1.0, "latencies": lat,
+                "ttfts": [0.1 * scale] * 40, "output_lens": [1] + [11] * 39,
+                "median_tpot_ms": 90.0 * scale, "p99_tpot_ms": 130.0 * scale,
+                "median_ttft_ms": 100.0 * scale, "p99_ttft_ms": 100.0 * scale,
+                "p99_e2el_ms": 1390.0 * scale}
+
+    one = cell("nospec", 0, 1.0)
+    tpot = serving_tail.request_ms(one, "tpot")
+    assert len(tpot) == 39 and tpot[0] == pytest.approx((1.01 - 0.1) / 10 * 1000)
+    cells = [cell(c, r, s) for r in (0, 1)
+             for c, s in (("nospec", 1.0), ("nospec-again", 1.0), ("plugin-x", 1.2))]
+    res = {"meta": {"pair": "ci", "started": "t", "git": {"short": "x"}, "args": {}},
+           "cells": cells}
+    lines = serving_tail.tail_lines(res)
+    plug = next(x for x in lines if "| plugin-x |" in x)
+    assert plug.startswith("| sharegpt | c = 16 | plugin-x | 2 | 80 | 1.20x [")
+    for text in plug.split(" | ")[5:]:
+        lo, hi = (float(v) for v in text.split("[")[1].rstrip("] |").split(", "))
+        assert lo <= 1.2 <= hi
+    assert "| nospec-again | 2 | 80 | 1.00x [" in next(x for x in lines if "| nospec-again |" in x)
+    assert "## The tail over every repetition's requests" in serving_report.markdown(res)
+    assert serving_tail.tail_lines({"cells": [dict(c, latencies=[]) for c in cells]}) == []
+
+
+@pytest.mark.unit
 def test_serving_report_splits_the_first_token():
     """serving.md's first-token table: per cell the mean queue, prefill, rest and engine
     TTFT in ms from vLLM's histogram sums and counts, median over repetitions, beside
