@@ -149,8 +149,8 @@ class Planner:
             alpha, cost, fixed = estimates["draft"]
             alpha_d = alpha(req_id)
             candidates["draft"] = (alpha_d, k_d, cost, fixed)
-        else:
-            reason = why or reason
+        else:  # the n-gram's reason first: "ngram_miss" tells no match from a priced-out offer
+            reason = reason or why
         source, k = choose_source(candidates, MIN_GAIN,
                                   allow_none=self.config.adaptive and not load_probe)
         if source == "ngram":

@@ -261,6 +261,22 @@ def test_hybrid_chooses_the_source_by_measured_acceptance_per_request(tiny, monk
     assert p.requests["b"].source == "ngram" and d[1] == [3, 1, 2]
 
 
+def test_hybrid_counts_a_round_without_match_as_ngram_miss_when_the_draft_is_held(tiny, monkeypatch):
+    """Hybrid + adaptive: a row whose n-gram finds no match while its draft model is held
+    for its α is counted "ngram_miss" (not "adaptive", which is left to offers that do not
+    pay), so the counters tell a missing match from a priced-out one."""
+    _, path = tiny
+    p = _hybrid_with_costs(monkeypatch, path, ["a"], sigma_s=0.0001)
+    for _ in range(3):                      # a draft forward costs two plain steps
+        p.step_cost.observe_draft_step(0.02, 1, 1)
+    for _ in range(8):                      # and the draft's rounds are always rejected
+        p.controllers["draft"].observe_round("a", 4, 0)
+    seq = [1, 2, 3, 4, 5, 6, 7]             # no n-gram match anywhere
+    n, arr = Batch([seq]).arrays()
+    assert p.propose([[seq[-1]]], n, arr) == [[]]
+    assert p.stats.no_draft["ngram_miss"] == 1 and p.stats.no_draft["adaptive"] == 0
+
+
 def test_hybrid_mixed_batch_publishes_q_for_ngram_rows_too(tiny, monkeypatch):
     _, path = tiny
     p = make_proposer(monkeypatch, path, k=3, method="hybrid")
