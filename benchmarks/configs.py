@@ -27,6 +27,8 @@ PLUGINS_NONE = ""
 PLUGINS_SPECDEC = "specdec"
 # The configuration every speedup is paired against.
 BASELINE = "nospec"
+# The A/A control: a second engine without speculation, its ratios the run's noise floor.
+A_A = "nospec-again"
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ TABLE: list[Entry] = [
     # The A/A control: a second engine without speculation, measured like any method.
     # Its paired ratios to nospec are the run's noise floor (machine drift, batch
     # timing); a method whose ratios stay inside that spread differs by no measured amount.
-    Entry("nospec-again", "none"),
+    Entry(A_A, "none"),
     # More servers without speculation, for checking how much one server process's
     # speed varies with its start order or by process (the A/A control's spread).
     Entry("nospec-a3", "none"),

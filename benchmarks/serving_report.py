@@ -24,13 +24,12 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks.configs import BASELINE
+from benchmarks.configs import A_A, BASELINE
 from benchmarks.serving_cells import LOAD_KINDS, load_label, load_of, time_split
 from benchmarks.serving_first_token import arrival_lines, first_token_lines, steady_lines
 from benchmarks.serving_tail import tail_lines
 from benchmarks.stats import geomean, median
 
-A_A = "nospec-again"    # the A/A control (configs.TABLE): the run's noise floor
 METRICS = (("output_throughput", "output tok/s"), ("median_tpot_ms", "TPOT p50 (ms)"),
            ("p99_tpot_ms", "TPOT p99 (ms)"), ("median_ttft_ms", "TTFT p50 (ms)"),
            ("p99_ttft_ms", "TTFT p99 (ms)"), ("p99_e2el_ms", "end-to-end p99 (ms)"))

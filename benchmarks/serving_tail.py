@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from benchmarks.configs import BASELINE
+from benchmarks.configs import A_A, BASELINE
 from benchmarks.serving_cells import load_label, load_of
 
 Q = 99.0  # the percentile, as `vllm bench serve --metric-percentiles 50,99`
@@ -86,6 +86,6 @@ def tail_lines(res: dict, seed: int = 0) -> list[str]:
             f"p{Q:g} over the requests of all repetitions pooled, over no speculation's; in brackets "
             f"the {LEVEL:.0%} interval when each repetition's requests are resampled ({BOOT} "
             "resamples). A p99 of 32-256 requests is set by its largest one to three: "
-            "read each row against the A/A control's (`nospec-again`).", "",
+            f"read each row against the A/A control's (`{A_A}`).", "",
             "| workload | load | config | reps | requests | " + " | ".join(h for _, h in METRICS) + " |",
             "|---|---|---|---:|---:|" + "---|" * len(METRICS)] + rows + [""]
