@@ -26,7 +26,9 @@ from vllm_specdec_plugin.tuning import ROW_SLACK
 def held(req_ids: list[str], batch: int, choices: dict, estimates: dict, k_ceiling: int,
          probing: bool) -> dict[str, str] | None:
     """req_id -> reason for every row when no plans could pass ``pays`` (each row at
-    the best k its controllers allow, the least σ), else None.
+    the best k its controllers allow, the least σ), else None. The reason is "batch"
+    for a row whose own drafts could pay (the step as a whole cannot), else its
+    controllers' reason.
 
     An n-gram row is bounded as the planner offers it: at the ceiling k and the
     price of ``match_pricing.lookup_alpha`` (also a row its controller holds for
@@ -50,9 +52,8 @@ def held(req_ids: list[str], batch: int, choices: dict, estimates: dict, k_ceili
                 reason[rid] = why
     if fixed is not None and step_may_pay(list(bound.values()), batch, fixed):
         return None
-    # a row some controller would draft for is held by the batch: "adaptive"
-    return {rid: "adaptive" if bound[rid] or not reason[rid] else reason[rid]
-            for rid in bound}
+    # a row some controller would draft for is held by the batch: "batch"
+    return {rid: "batch" if bound[rid] else reason[rid] or "adaptive" for rid in bound}
 
 
 def pays(plans: list[Any], batch: int, estimates: dict, probing: bool) -> bool:

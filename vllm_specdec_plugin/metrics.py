@@ -22,7 +22,8 @@ _RATE_BUCKETS = tuple(i / 10 for i in range(1, 11))
 # Step latencies on CPU run from ~1 ms (draft, small batch) to seconds (large prefills).
 _SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
-NO_DRAFT_REASONS = ("pool_full", "length_guard", "adaptive", "load", "ngram_miss", "prefill_budget",
+NO_DRAFT_REASONS = ("pool_full", "length_guard", "adaptive", "batch", "load", "ngram_miss",
+                    "prefill_budget",
                     "prompt_next", "slows_others", "grammar_reasoning", "grammar_diverged")
 STEP_KINDS = ("verify", "plain")
 SOURCES = ("draft", "ngram", "none")
@@ -67,7 +68,7 @@ def _create_families() -> dict:
                           "none (decoded without drafts).", m + ("source",)),
         "backed_off": Gauge("specdec_backed_off_requests",
                             "Requests of the latest step that the adaptive rule held at k = 0 "
-                            "(reasons adaptive and load): the back-off state.",
+                            "(reasons adaptive, batch and load): the back-off state.",
                             m, multiprocess_mode="mostrecent"),
         # mostrecent: one value per worker pool; a restarted worker's value replaces
         # the old one instead of being summed with it.

@@ -239,7 +239,7 @@ class DraftModelProposer:
         estimates = {src: (self._ngram_alpha if src == "ngram" else c.alpha,
                            c.cost_per_draft(batch), c.fixed_cost(batch))
                      for src, c in self.controllers.items()}
-        backed_off0 = self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
+        backed_off0 = self.stats.backed_off
         probing = any(c.probing for c in self.controllers.values())
         load_probe = any(c.load_probing for c in self.controllers.values())
         if self.prompts_next:
@@ -263,7 +263,7 @@ class DraftModelProposer:
             if self.config.adaptive:  # the batch must pay, and no row lose > row_slack
                 if not batch_check.pays(plans, batch, estimates, probing):
                     for _ in plans:
-                        self._no_draft("adaptive")
+                        self._no_draft("batch")
                     plans = []
                 plans, cut = batch_check.fair(
                     plans, batch, estimates, probing, self.config.row_slack,
@@ -306,8 +306,7 @@ class DraftModelProposer:
         self.metrics.step_done((len(d) for d in out if d), self._step_no_draft,
                                Counter(self.requests[req_ids[r]].source if out[r] else "none"
                                        for r in rows),
-                               self.stats.no_draft["adaptive"] + self.stats.no_draft["load"]
-                               - backed_off0)
+                               self.stats.backed_off - backed_off0)
         self._step_no_draft.clear()
         if self.allocator is not None:
             self.metrics.kv_blocks(self.allocator.num_used, self.allocator.num_blocks)

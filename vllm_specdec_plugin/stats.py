@@ -40,6 +40,11 @@ class ProposerStats:
     shadow_drafted: int = 0         # shadow n-gram drafts decided (``shadow``)
     shadow_accepted: int = 0        # of those, matched by the committed tokens
 
+    @property
+    def backed_off(self) -> int:
+        """Request-rounds the adaptive rule held at k = 0 (reasons adaptive, batch, load)."""
+        return self.no_draft["adaptive"] + self.no_draft["batch"] + self.no_draft["load"]
+
     def record_verification(self, drafted: int, accepted: int) -> None:
         self.drafted += drafted
         self.accepted += accepted

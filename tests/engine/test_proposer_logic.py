@@ -336,7 +336,8 @@ def _hybrid_with_costs(monkeypatch, path, ids, sigma_s):
 def test_a_step_that_cannot_pay_is_held_without_planning(tiny, monkeypatch):
     """When even each row's best drafts cannot pay the verifying step's fixed cost σ
     over the whole batch, no row is planned (no n-gram round, no draft prefill) and
-    every row is counted "adaptive"; once σ is cheap the rows are planned again."""
+    every row is counted "batch" (each row's drafts alone gain something: verifying
+    costs no forward time here); once σ is cheap the rows are planned again."""
     _, path = tiny
     ids = [f"r{i}" for i in range(8)]
     p = _hybrid_with_costs(monkeypatch, path, ids, sigma_s=0.01)  # σ = one plain step
@@ -351,7 +352,7 @@ def test_a_step_that_cannot_pay_is_held_without_planning(tiny, monkeypatch):
     n, arr = Batch(seqs).arrays()
     assert p.propose([[s[-1]] for s in seqs], n, arr) == [[]] * 8
     # r0 alone would draft (its α is the prior), but σ slows all 8 rows: held unplanned
-    assert planned == [] and p.stats.no_draft["adaptive"] == 8
+    assert planned == [] and p.stats.no_draft == {"batch": 8}
     assert p.stats.prefill_tokens == 0
     for _ in range(20):
         p.step_cost.observe_spec_overhead(0.0)  # σ's median -> 0: the step may pay again
@@ -372,7 +373,7 @@ def test_a_row_held_for_its_alpha_keeps_the_step_open_when_a_long_match_could_pa
                  "draft": (p.controllers["draft"].alpha, 0.3, 0.3)}
     for _ in range(6):
         p.controllers["ngram"].observe_round("a", 4, 0)  # its own rounds all failed
-    assert batch_check.held(["a"], 1, choices, estimates, p.k, probing=False) == {"a": "adaptive"}
+    assert batch_check.held(["a"], 1, choices, estimates, p.k, probing=False) == {"a": "batch"}
     for _ in range(10):
         p.match_alpha.get(UNSALTED).observe(("corpus", 7), drafted=8, accepted=8)
     assert batch_check.held(["a"], 1, choices, estimates, p.k, probing=False) is None
