@@ -1,10 +1,10 @@
-"""Profile the plugin's drafting round on the bench pair: where do its milliseconds go?
+"""Profile the plugin's drafting round on a fixture pair: where do its milliseconds go?
 
 Runs an in-process offline engine with the plugin (greedy, fixed k), wraps the
 proposer's phases with wall-clock timers and runs cProfile over ``propose``. Prints
 ms per round by phase and the top functions by own time, per batch size.
 
-    python scripts/profile_draft_step.py [--k 4] [--batches 1,8] [--tokens 96]
+    python scripts/profile_draft_step.py [--pair bench] [--k 4] [--batches 1,8] [--tokens 96]
 
 Used for the benchmark note ("where the plugin falls short and why"); not a test.
 """
@@ -35,6 +35,7 @@ def _wrap(obj, name, acc, key):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--pair", default="bench", help="fixture pair (bench, smol: real weights)")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--tokens", type=int, default=96)
@@ -52,7 +53,7 @@ def main() -> None:
     from vllm_specdec_plugin.compat import draft_model
     from vllm_specdec_plugin.draft import sampler
 
-    pair = ensure_pair("bench")
+    pair = ensure_pair(a.pair)
     spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
             "num_speculative_tokens": a.k,
             "draft_load_config": {"model_loader_extra_config": {"specdec": {"draft_model": str(pair.draft)}}}}

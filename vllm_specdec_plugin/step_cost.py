@@ -95,8 +95,9 @@ class DraftFit:
     fit by exponentially weighted least squares without intercept (forgetting
     ``forget`` per round), a_d, b_d >= 0. While every round so far had the same
     N/P the two cannot be told apart: then b_d = 0 (a forward costs what it cost).
-    A lazy-prefill catch-up adds tokens, not forwards, so it does not read as
-    dearer drafting."""
+    The caller books drafting passes only: a pass 1 that catches up a lazy prefill is
+    left out (``draft/batch.py``), since while b_d is unidentified its prompt tokens
+    would read as dearer forwards."""
 
     __slots__ = ("forget", "pp", "pn", "nn", "py", "ny", "fit")
 

@@ -111,6 +111,26 @@ def test_drafts_are_the_draft_models_greedy_continuation(tiny, monkeypatch):
     assert p.stats.resyncs == 0
 
 
+def test_the_draft_cost_fit_books_drafting_passes_not_a_lazy_prefill(tiny, monkeypatch):
+    """A round whose pass 1 catches up a prompt books only its decode passes into the
+    draft's cost fit (a prompt's tokens read as dearer forwards while b_d is unknown);
+    a round of one new token a row books every pass."""
+    _, path = tiny
+    p = make_proposer(monkeypatch, path, k=4)
+    attach(p, FakeRunner(["a", "b"]))
+    b = Batch([list(range(1, 41)), list(range(50, 70))])  # 40 + 20 prompt tokens
+    n, arr = b.arrays()
+    drafts = p.propose([[40], [69]], n, arr)
+    fit = p.step_cost.draft
+    assert (fit.pp, fit.pn) == (3 * 3, 3 * 6)  # passes 2-4 over 2 rows: 3 forwards, 6 tokens
+    for row, d in zip(b.rows, drafts):
+        row += [d[0], 0]  # one draft accepted, then a correction: 1 unseen token a row
+    n, arr = b.arrays()
+    p.propose([[d[0], 0] for d in drafts], n, arr)
+    f = fit.forget
+    assert (fit.pp, fit.pn) == (f * 9 + 4 * 4, f * 18 + 4 * (2 + 6))  # all 4 passes, 8 tokens
+
+
 def test_finished_and_preempted_requests_free_blocks(tiny, monkeypatch):
     _, path = tiny
     p = make_proposer(monkeypatch, path, k=2)

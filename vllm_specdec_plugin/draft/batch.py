@@ -24,6 +24,33 @@ from vllm_specdec_plugin.row_inputs import sampling_inputs, seed_for
 from vllm_specdec_plugin.step_cost import StepCost
 
 
+class DecodePassTimer:
+    """Seconds of a round's decode passes (from the end of pass 1 to now). On CUDA an
+    event pair, so the k loop stays free of host-device syncs (read it after the
+    round's host copy)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.mark: Any = None
+
+    def first_pass_done(self) -> None:
+        if self.cuda:
+            self.mark = torch.cuda.Event(enable_timing=True)
+            self.mark.record()
+        else:
+            self.mark = time.perf_counter()
+
+    def decode_seconds(self) -> float:
+        if self.mark is None:
+            return 0.0
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            end.synchronize()
+            return self.mark.elapsed_time(end) / 1e3
+        return time.perf_counter() - self.mark
+
+
 class DraftBatch:
     """Runs and books draft rounds on the proposer's kernels and device."""
 
@@ -51,15 +78,23 @@ class DraftBatch:
                                masks=self.grammars.round_masks([p.grammar for p in plans]),
                                lengths=[p.length for p in plans])
         fed = sum(len(p.new_tokens) for p in plans)  # before the round feeds them
-        passes = draft_plans(kernels, plans, sampler, device, self.stats)
+        timer = DecodePassTimer(device)
+        passes = draft_plans(kernels, plans, sampler, device, self.stats, timer.first_pass_done)
         dt = time.perf_counter() - t0
         self.seconds += dt
         self.forwards += passes
         self.metrics.draft_step(dt)
+        later = sum(max(p.k - 1, 0) for p in plans)  # one token per row per later pass
         if any(p.k > 0 for p in plans):
-            # pass 1 ran every catch-up token; each later pass one per row still drafting
-            tokens = fed + sum(max(p.k - 1, 0) for p in plans)
-            self.step_cost.observe_draft_step(dt, passes, tokens)
+            if fed == len(plans):  # pass 1 fed one token a row: a forward like the others
+                self.step_cost.observe_draft_step(dt, passes, fed + later)
+            elif passes > 1:
+                # Pass 1 caught up a lazy prefill: a one-off per request, not the cost of
+                # drafting. Priced as a forward, a first round of a few hundred prompt
+                # tokens read as c' ~ 1 and kept the draft priced out for good (smol
+                # float32 serving: 1-3 draft rounds per cell at c = 1-8). Only the
+                # decode passes are booked; a round of pass 1 alone books nothing.
+                self.step_cost.observe_draft_step(timer.decode_seconds(), passes - 1, later)
         return sampler
 
     def publish(self, runner: Any, device: torch.device, drafting: list[Plan],

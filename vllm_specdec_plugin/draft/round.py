@@ -11,7 +11,7 @@ once, after the last pass.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -20,11 +20,14 @@ from vllm_specdec_plugin.draft.sampler import DraftSampler
 
 
 def run_round(kernels: DraftKernels, rows: Sequence, sampler: DraftSampler,
-              device: torch.device) -> tuple[torch.Tensor, int]:
+              device: torch.device, first_pass_done: Callable[[], None] | None = None
+              ) -> tuple[torch.Tensor, int]:
     """Run the passes; returns (drafts [n_draft, k_max] int64 on device, passes run).
 
     rows: sorted by ``k`` descending; each has ``req.table.blocks``, ``new_tokens``,
     ``cached`` and ``k``. Entry [i, j] of the result is valid for j < rows[i].k.
+    first_pass_done: called between pass 1 and the decode passes (when there are any),
+    so that a caller can time the decode passes alone.
     """
     bs = kernels.block_size
     ks = [r.k for r in rows]
@@ -60,6 +63,8 @@ def run_round(kernels: DraftKernels, rows: Sequence, sampler: DraftSampler,
     passes = 1
     if k_max <= 1:
         return drafts, passes
+    if first_pass_done is not None:
+        first_pass_done()
 
     # --- decode passes: the first n rows (k > step) feed their last draft
     lengths_cpu = seq_cpu[:n_draft]                         # committed length L per row (host)
@@ -95,11 +100,13 @@ def _slots(table: torch.Tensor, row_of: torch.Tensor | None, pos: torch.Tensor,
 
 
 def draft_plans(kernels: DraftKernels, plans: Sequence, sampler: DraftSampler,
-                device: torch.device, stats) -> int:
+                device: torch.device, stats,
+                first_pass_done: Callable[[], None] | None = None) -> int:
     """Run one round over ``plans`` (``planning.Plan``, sorted by k descending) and
     book it: each plan's ``drafts`` (cut where its grammar ended) and cached tokens,
-    and ``stats`` (``ProposerStats``) prefill counts. Returns the passes run."""
-    drafts, passes = run_round(kernels, plans, sampler, device)
+    and ``stats`` (``ProposerStats``) prefill counts. Returns the passes run.
+    first_pass_done: as in ``run_round``."""
+    drafts, passes = run_round(kernels, plans, sampler, device, first_pass_done)
     drafts = drafts.tolist()  # the round's one device -> host copy
     limits = sampler.masks.finish() if sampler.masks else [None] * len(plans)
     fed = sum(len(p.new_tokens) for p in plans)
