@@ -23,8 +23,8 @@ _RATE_BUCKETS = tuple(i / 10 for i in range(1, 11))
 _SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 NO_DRAFT_REASONS = ("pool_full", "length_guard", "adaptive", "batch", "load", "ngram_miss",
-                    "prefill_budget",
-                    "prompt_next", "slows_others", "grammar_reasoning", "grammar_diverged")
+                    "prefill_budget", "prompt_next", "slows_others", "grammar_reasoning",
+                    "grammar_diverged")
 STEP_KINDS = ("verify", "plain")
 SOURCES = ("draft", "ngram", "none")
 SHADOW_OUTCOMES = ("drafted", "accepted")
