@@ -86,9 +86,13 @@ def test_greedy_identical_to_no_speculation(ci_pair, tokenizer, baseline, k, mod
             assert _ids(res, name) == _ids(baseline, name), name
             assert [o["finish_reason"] for o in res["jobs"][name]] == \
                    [o["finish_reason"] for o in baseline["jobs"][name]]
-        # The stop tests are not vacuous: most requests stopped early, mid-generation.
+        # The stop tests are not vacuous: requests stopped early, some of them in a
+        # later round than the first (1 token from the prefill + up to k + 1 in round
+        # one). How many stop early depends on the fixture's greedy text, which differs
+        # by CPU: 7 of 16 on one CI CPU, 8 or more on others; a quarter is the floor.
         early = [o for o in res["jobs"]["stop_string"] if len(o["token_ids"]) < MAX_TOKENS]
-        assert len(early) >= 8
+        assert len(early) >= 4, [len(o["token_ids"]) for o in res["jobs"]["stop_string"]]
+        assert any(len(o["token_ids"]) > k + 2 for o in early), [len(o["token_ids"]) for o in early]
         ends = [o["prompt_len"] + len(o["token_ids"]) for o in res["jobs"]["max_len"]]
         assert ends == [MAX_MODEL_LEN, MAX_MODEL_LEN]
 
