@@ -9,9 +9,9 @@ Rule (per engine step at batch size B, per request with acceptance estimate α):
 - Cost of one round relative to a plain (no-draft) target step at batch B:
   1 + σ(B) + k·(c' + v(B)) (``step_cost``: σ the fixed cost of a verifying step,
   c'(B) one more draft forward over B rows, ``c_prime_default`` until measured or for
-  a source that runs no draft forward, v(B) = b·B / (a + b·B) the verify cost per
-  draft token, ~0 at small B and -> 1 at large B, which switches speculation off
-  under load).
+  a source that runs no draft forward, v(B) = b·B / T(B) the verify cost per draft
+  token, T(B) = a + (b + q)·B the plain step: ~0 at small B and towards b / (b + q) at
+  large B, which switches speculation off under load).
 - Speedup S(k) = E[N](α,k) / (1 + σ(B) + k·(c' + v(B))), S(0) = 1. k* = argmax over
   0..k_max, ties to the smaller k; k = k* if S(k*) > 1 + min_gain, else 0.
 - α per request: successes = accepted, trials = accepted + (1 if accepted < drafted

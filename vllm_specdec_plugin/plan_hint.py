@@ -21,7 +21,7 @@ def plan_hint(proposer: Any) -> tuple[StepPrice | None, dict[str, float]]:
     cost = proposer.step_cost
     a, b = cost.step_time(0), cost.seconds_per_token()
     price = None if a is None or b is None else \
-        StepPrice(a, b, cost.seconds_per_prefill_token() or 0.0)
+        StepPrice(a, b, cost.seconds_per_prefill_token() or 0.0, cost.seconds_per_row() or 0.0)
     alphas = {}
     prior = proposer.config.adaptive_prior_alpha
     for rid, req in proposer.requests.items():

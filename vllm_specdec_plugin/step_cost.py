@@ -2,22 +2,25 @@
 
 Three parts, all in seconds:
 
-- **target**: T(n, m) = a + b·n + p·m for a target step carrying n decode/verify
-  tokens (one per decoding row plus its drafts) and m prefill tokens (prompt chunks,
-  a resumed request's recompute). Fit by exponentially weighted least squares over
-  every step (forgetting ``fit_decay`` per step), centred (Welford) so nothing
-  cancels. b, p >= 0 (a slower step with fewer tokens is noise); a >= ``A_MIN``.
-  Where m has no spread (no prefill seen, or always the same) p is not identifiable
-  and the fit is the one-regressor T = a + b·n; where n has none, the last
-  identifiable slope stands (0 before one).
+- **target**: T(n, m, R) = a + b·n + p·m + q·R for a target step carrying n
+  decode/verify tokens (one per decoding row plus its drafts) over R decoding rows, and
+  m prefill tokens (prompt chunks, a resumed request's recompute). b is what one more
+  verify token costs; a row costs b + q (its own attention context, sampling, the
+  runner's per-request work). Fit by exponentially weighted least squares over every step
+  (forgetting ``fit_decay`` per step), centred (Welford) so nothing cancels. b, p,
+  q >= 0 (a slower step with less work is noise); a >= ``A_MIN``. A regressor is
+  identifiable when it varies apart from those before it (n, m, R): in plain steps
+  R = n, so q is not, and the fit is T = a + b·n + p·m, a row priced as one token;
+  without prefill spread p is not. An unidentifiable slope keeps its last identified
+  value (0 before one).
 - **draft**: a draft round of P forwards over N tokens in all takes P·a_d + N·b_d
   (``DraftFit``).
 - **σ host time**: seconds a verifying step adds on the host (the exact rejection
   sampler): the median of the last ``SPEC_WINDOW`` measurements, the first skipped
   (it pays one-time set-up).
 
-The controller reads the step without prefill: ``step_time(n)``, and in plain steps
-at batch B: ``load_cost`` v(B), ``fixed_cost`` σ(B), ``c_prime`` c'(B).
+The controller reads the step without prefill: ``step_time(n, rows=R)``, and in plain
+steps at batch B: ``load_cost`` v(B), ``fixed_cost`` σ(B), ``c_prime`` c'(B).
 """
 
 from __future__ import annotations
@@ -30,64 +33,126 @@ from vllm_specdec_plugin.tuning import (A_MIN, DRAFT_FIT_EMA, MIN_DET, MIN_VAR_T
 
 
 class TargetFit:
-    """T(n, m) = a + b·n + p·m seconds (see the module docstring)."""
+    """T(n, m, R) = a + b·n + p·m + q·R seconds (see the module docstring)."""
 
-    __slots__ = ("decay", "w", "mn", "mm", "mt", "cnn", "cmm", "cnm", "cnt", "cmt",
-                 "a", "b", "p", "_b_good", "_p_good")
+    __slots__ = ("decay", "w", "mean", "cov", "a", "coef", "_good")
 
     def __init__(self, decay: float) -> None:
         self.decay = decay
         self.w = 0.0  # Σ weights
-        self.mn = self.mm = self.mt = 0.0  # weighted means of n, m, T
-        self.cnn = self.cmm = self.cnm = self.cnt = self.cmt = 0.0  # centred co-moments
+        self.mean = [0.0] * 4  # weighted means of n, m, R, T
+        self.cov = [[0.0] * 4 for _ in range(4)]  # centred co-moments, [i][j] for i <= j
         self.a: float | None = None  # seconds
-        self.b = 0.0  # seconds per decode/verify token
-        self.p = 0.0  # seconds per prefill token
-        self._b_good: float | None = None  # last identifiable slopes
-        self._p_good: float | None = None
+        self.coef = [0.0, 0.0, 0.0]  # b s/token, p s/prefill token, q s/row
+        self._good: list[float | None] = [None, None, None]  # last identifiable slopes
 
-    def add(self, seconds: float, n: int, m: int) -> None:
+    @property
+    def b(self) -> float:
+        return self.coef[0]
+
+    @property
+    def p(self) -> float:
+        return self.coef[1]
+
+    @property
+    def q(self) -> float:
+        return self.coef[2]
+
+    def add(self, seconds: float, n: int, m: int, rows: int) -> None:
         f = self.decay
         self.w = f * self.w + 1.0
-        dn, dm, dt = n - self.mn, m - self.mm, seconds - self.mt
-        self.mn += dn / self.w
-        self.mm += dm / self.w
-        self.mt += dt / self.w
-        rn, rm, rt = n - self.mn, m - self.mm, seconds - self.mt
-        self.cnn = f * self.cnn + dn * rn
-        self.cnt = f * self.cnt + dn * rt
-        self.cmm = f * self.cmm + dm * rm
-        self.cnm = f * self.cnm + dn * rm
-        self.cmt = f * self.cmt + dm * rt
+        x = (n, m, rows, seconds)
+        d = [x[i] - self.mean[i] for i in range(4)]
+        for i in range(4):
+            self.mean[i] += d[i] / self.w
+        r = [x[i] - self.mean[i] for i in range(4)]
+        for i in range(4):
+            row = self.cov[i]
+            for j in range(i, 4):
+                row[j] = f * row[j] + d[i] * r[j]
         self._solve()
 
-    def _solve(self) -> None:
-        n_ok = self.cnn / self.w > MIN_VAR_TOKENS
-        m_ok = self.cmm / self.w > MIN_VAR_TOKENS
-        det = self.cnn * self.cmm - self.cnm * self.cnm
-        if n_ok and m_ok and det > MIN_DET * self.cnn * self.cmm:
-            self._b_good, self._p_good = self._nonneg(det)
-        elif n_ok:  # no prefill spread (or it moves with n): p as last seen
-            self._b_good = (self.cnt - max(self._p_good or 0.0, 0.0) * self.cnm) / self.cnn
-        elif m_ok:
-            self._p_good = (self.cmt - max(self._b_good or 0.0, 0.0) * self.cnm) / self.cmm
-        self.b = max(self._b_good or 0.0, 0.0)
-        self.p = max(self._p_good or 0.0, 0.0)
-        self.a = max(self.mt - self.b * self.mn - self.p * self.mm, A_MIN)
+    def _c(self, i: int, j: int) -> float:
+        return self.cov[i][j] if i <= j else self.cov[j][i]
 
-    def _nonneg(self, det: float) -> tuple[float, float]:
-        """(b, p) minimising the weighted squared error with b, p >= 0."""
-        b = (self.cnt * self.cmm - self.cmt * self.cnm) / det
-        p = (self.cmt * self.cnn - self.cnt * self.cnm) / det
-        if b >= 0 and p >= 0:
-            return b, p
-        # the optimum lies on an edge: one slope 0, the other its own fit; take the
-        # edge that explains more of the variance (cnt²/cnn vs cmt²/cmm)
-        gain_b = max(self.cnt, 0.0) ** 2 / self.cnn
-        gain_p = max(self.cmt, 0.0) ** 2 / self.cmm
-        if gain_b >= gain_p:
-            return max(self.cnt / self.cnn, 0.0), 0.0
-        return 0.0, max(self.cmt / self.cmm, 0.0)
+    def _solve(self) -> None:
+        # Identifiable regressors, in the order n, m, R: each must vary, and vary apart
+        # from those before it (rows move with n in plain steps: q is then not
+        # identifiable and the model is T = a + b·n + p·m, a row costing a token).
+        ident: list[int] = []
+        for i in range(3):
+            if self.cov[i][i] / self.w > MIN_VAR_TOKENS and \
+                    (not ident or _rel_det(self._c, ident + [i]) > MIN_DET):
+                ident.append(i)
+        # the others keep their last identifiable slope (0 before one)
+        fixed = [(j, max(self._good[j] or 0.0, 0.0)) for j in range(3) if j not in ident]
+        rhs = {i: self.cov[i][3] - sum(v * self._c(i, j) for j, v in fixed) for i in ident}
+        for i, v in zip(ident, self._nonneg(ident, rhs)):
+            self._good[i] = v
+        self.coef = [max(g or 0.0, 0.0) for g in self._good]
+        a = self.mean[3]
+        for i in range(3):
+            a -= self.coef[i] * self.mean[i]
+        self.a = max(a, A_MIN)
+
+    def _nonneg(self, ident: list[int], rhs: dict[int, float]) -> list[float]:
+        """Slopes of ``ident`` minimising the weighted squared error, all >= 0: the
+        least-squares solution if it is; else, of the subsets whose solution is, the one
+        that explains most of the variance (Σ slope·rhs), the rest 0."""
+        if not ident:
+            return []
+        full = _cramer(self._c, ident, rhs)
+        if all(v >= 0 for v in full):
+            return full
+        best, gain = [0.0] * len(ident), 0.0
+        for size in range(len(ident) - 1, 0, -1):
+            for sub in _subsets(ident, size):
+                sol = _cramer(self._c, sub, rhs)
+                g = sum(v * rhs[i] for i, v in zip(sub, sol))
+                if all(v >= 0 for v in sol) and g > gain:
+                    gain, best = g, [sol[sub.index(i)] if i in sub else 0.0 for i in ident]
+        return best
+
+
+def _subsets(items: list[int], size: int) -> list[list[int]]:
+    if size == 0:
+        return [[]]
+    return [[items[i], *rest] for i in range(len(items))
+            for rest in _subsets(items[i + 1:], size - 1)]
+
+
+def _det(m: list[list[float]]) -> float:
+    """Determinant of a 1x1-3x3 matrix."""
+    if len(m) == 1:
+        return m[0][0]
+    if len(m) == 2:
+        return m[0][0] * m[1][1] - m[0][1] * m[1][0]
+    return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+
+
+def _rel_det(c, idx: list[int]) -> float:
+    """det / Π variances of the regressors ``idx``: 1 uncorrelated, 0 collinear."""
+    prod = 1.0
+    for i in idx:
+        prod *= c(i, i)
+    return _det([[c(i, j) for j in idx] for i in idx]) / prod
+
+
+def _cramer(c, idx: list[int], rhs: dict[int, float]) -> list[float]:
+    """Solve Σ_j c(i, j)·x_j = rhs[i] over ``idx`` by Cramer's rule (idx identifiable)."""
+    if len(idx) == 1:
+        return [rhs[idx[0]] / c(idx[0], idx[0])]
+    if len(idx) == 2:  # written out: the two-regressor fit as it always was
+        i, j = idx
+        det = c(i, i) * c(j, j) - c(i, j) * c(i, j)
+        return [(rhs[i] * c(j, j) - rhs[j] * c(i, j)) / det,
+                (rhs[j] * c(i, i) - rhs[i] * c(i, j)) / det]
+    m = [[c(i, j) for j in idx] for i in idx]
+    det = _det(m)
+    return [_det([[rhs[i] if col == k else m[r][col] for col in range(3)]
+                  for r, i in enumerate(idx)]) / det for k in range(3)]
 
 
 class DraftFit:
@@ -139,14 +204,18 @@ class StepCost:
         self._spec_first_seen = False
 
     # -- observations -------------------------------------------------------------
-    def observe_target_step(self, seconds: float, num_tokens: int, prefill_tokens: int = 0) -> None:
+    def observe_target_step(self, seconds: float, num_tokens: int, prefill_tokens: int = 0,
+                            rows: int | None = None) -> None:
         """One target forward: wall seconds (less σ's host time), ``num_tokens``
-        decode/verify tokens and ``prefill_tokens`` prefill tokens in the step."""
+        decode/verify tokens over ``rows`` decoding rows (None: one row per token, a
+        plain step) and ``prefill_tokens`` prefill tokens in the step."""
+        rows = num_tokens if rows is None else rows
         if not seconds >= 0 or num_tokens < 0 or prefill_tokens < 0 \
-                or num_tokens + prefill_tokens < 1:
-            raise ValueError(f"need seconds >= 0 and tokens >= 0, at least one, got "
-                             f"{seconds!r}, {num_tokens!r}, {prefill_tokens!r}")
-        self.target.add(seconds, num_tokens, prefill_tokens)
+                or num_tokens + prefill_tokens < 1 or not 0 <= rows <= num_tokens:
+            raise ValueError(f"need seconds >= 0, tokens >= 0 (at least one) and 0 <= rows "
+                             f"<= tokens, got {seconds!r}, {num_tokens!r}, {prefill_tokens!r}, "
+                             f"{rows!r}")
+        self.target.add(seconds, num_tokens, prefill_tokens, rows)
 
     def observe_draft_step(self, seconds: float, num_forwards: int, num_tokens: int) -> None:
         """One draft round: wall seconds of ``num_forwards`` forwards that ran
@@ -170,15 +239,24 @@ class StepCost:
         self._spec_s = statistics.median(self._spec_samples)
 
     # -- predictions, seconds -----------------------------------------------------
-    def step_time(self, num_tokens: float, prefill_tokens: float = 0) -> float | None:
-        """Fitted target step seconds with ``num_tokens`` decode/verify tokens and
-        ``prefill_tokens`` prefill tokens; None before any target step."""
+    def step_time(self, num_tokens: float, prefill_tokens: float = 0,
+                  rows: float | None = None) -> float | None:
+        """Fitted target step seconds with ``num_tokens`` decode/verify tokens over
+        ``rows`` rows (None: a plain step, one row per token) and ``prefill_tokens``
+        prefill tokens; None before any target step."""
         t = self.target
-        return None if t.a is None else t.a + t.b * num_tokens + t.p * prefill_tokens
+        if t.a is None:
+            return None
+        return t.a + t.b * num_tokens + t.p * prefill_tokens \
+            + t.q * (num_tokens if rows is None else rows)
 
     def seconds_per_token(self) -> float | None:
-        """b: seconds one more decode/verify token adds to a target step (None: no fit)."""
+        """b: seconds one more verify token adds to a target step (None: no fit)."""
         return None if self.target.a is None else self.target.b
+
+    def seconds_per_row(self) -> float | None:
+        """q: seconds a decoding row adds beyond its token's b (None: no fit)."""
+        return None if self.target.a is None else self.target.q
 
     def seconds_per_prefill_token(self) -> float | None:
         """p: seconds one more prefill token adds to a target step (None: no fit)."""
@@ -208,19 +286,16 @@ class StepCost:
         return None if draft is None or not t else draft / t
 
     def load_cost(self, batch_size: int) -> float:
-        """v(B) = b·B / (a + b·B): extra verify cost per draft token, in plain steps
-        (0 before a fit)."""
-        t = self.target
-        if t.a is None:
-            return 0.0
-        bb = t.b * batch_size
-        return bb / (t.a + bb)
+        """v(B) = b·B / T(B): what one more draft token per row adds, in plain steps at
+        batch B (0 before a fit)."""
+        t = self.step_time(batch_size)
+        return 0.0 if not t else self.target.b * batch_size / t
 
     def snapshot(self) -> dict:
-        """a (s), b (s/token), p (s/prefill token), spec_s (s), draft_a (s per draft
-        forward), draft_b (s per draft token); None where unmeasured."""
+        """a (s), b (s/token), q (s/row), p (s/prefill token), spec_s (s), draft_a (s
+        per draft forward), draft_b (s per draft token); None where unmeasured."""
         fit = self.draft.fit
-        return {"a": self.target.a, "b": self.target.b, "p": self.target.p,
+        return {"a": self.target.a, "b": self.target.b, "q": self.target.q, "p": self.target.p,
                 "spec_s": self._spec_s,
                 "draft_a": None if fit is None else fit[0],
                 "draft_b": None if fit is None else fit[1]}

@@ -31,15 +31,19 @@ from vllm_specdec_plugin.tuning import TTFT_SLACK
 
 @dataclass(frozen=True)
 class StepPrice:
-    """Predicted target step time T = a + b·(decode + verify tokens) + p·(prefill tokens)."""
+    """Predicted target step time T = a + b·(decode + verify tokens) + q·(decode rows)
+    + p·(prefill tokens) (``step_cost.TargetFit``)."""
 
     intercept_s: float           # a
     per_token_s: float           # b: one decode or verify token
     per_prefill_token_s: float   # p: one prompt token
+    per_row_s: float = 0.0       # q: a decoding row beyond its token
 
-    def seconds(self, tokens: int, prefill_tokens: int = 0) -> float:
+    def seconds(self, tokens: int, prefill_tokens: int = 0, rows: int | None = None) -> float:
+        """``rows`` decoding rows (None: one per token, no drafts)."""
         return self.intercept_s + self.per_token_s * tokens \
-            + self.per_prefill_token_s * prefill_tokens
+            + self.per_prefill_token_s * prefill_tokens \
+            + self.per_row_s * (tokens if rows is None else rows)
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ def admissions(prompt_tokens: list[int], *, prefilling: int, decode_rows: int,
 
     Prompt i (P tokens) in this step delays the first token of each of the n prompts
     already in it by p·P. Left to the next step, it and the w - 1 waiting behind it
-    wait that step's fixed time f = a + b·(decode_rows + n) once more. It joins while
+    wait that step's fixed time f = a + (b + q)·(decode_rows + n) once more. It joins while
     p·P·n ≤ f·w: the greedy rule for the sum of first-token times (for equal prompts it
     splits a burst of m into steps of about m·f / (p·P + f)). On a CPU, where a step's
     time grows with its prompt tokens, two or three prompts that arrive together are
@@ -105,7 +109,7 @@ def admissions(prompt_tokens: list[int], *, prefilling: int, decode_rows: int,
         return len(prompt_tokens)
     n = prefilling
     for i, tokens in enumerate(prompt_tokens):
-        fixed = cost.intercept_s + cost.per_token_s * (decode_rows + n)
+        fixed = cost.seconds(decode_rows + n)
         behind = len(prompt_tokens) - i
         if n > 0 and cost.per_prefill_token_s * tokens * n > fixed * behind:
             return i

@@ -3,7 +3,8 @@
 A step runs between the scheduler output (``begin``) and the ``propose`` call that
 ends it (``end``). Its tokens split in two:
 
-- decode/verify tokens: 1 + the drafts verified, per row that decoded;
+- decode/verify tokens: 1 + the drafts verified, per row that decoded (the rows
+  counted too: a row costs more than a verify token);
 - prefill tokens: every scheduled token of a row still prefilling (a prompt chunk,
   its last chunk, a preempted request's recompute), plus any scheduled tokens of a
   decoding row beyond 1 + its drafts (``num_scheduled_tokens`` of vLLM's
@@ -32,15 +33,16 @@ logger = logging.getLogger("vllm.specdec_plugin")
 
 def split_tokens(sampled_token_ids: list[list[int]], req_ids: list[str],
                  requests: Mapping[str, Any], scheduled: Mapping[str, int] | None
-                 ) -> tuple[int, int, bool] | None:
-    """(decode/verify tokens, prefill tokens, verifies) of the step that just ended.
+                 ) -> tuple[int, int, int, bool] | None:
+    """(decode/verify tokens, prefill tokens, decoding rows, verifies) of the step that
+    just ended.
 
     sampled_token_ids: per row, the tokens the target emitted ([] while prefilling);
     requests: req_id -> RequestState (``seen``: decoded since its (re)prefill,
     ``drafted``: the drafts this step verified); scheduled: req_id -> tokens the
     scheduler gave the row, or None when unknown (then None for a step with prefill).
     """
-    n = m = 0
+    n = m = rows = 0
     verify = False
     for row, sampled in enumerate(sampled_token_ids):
         rid = req_ids[row]
@@ -54,9 +56,10 @@ def split_tokens(sampled_token_ids: list[list[int]], req_ids: list[str],
         d = 1 + len(req.drafted)  # the target ran L+1 .. L+1+k for this row
         verify = verify or bool(req.drafted)
         n += d
+        rows += 1
         if count is not None:
             m += max(count - d, 0)
-    return n, m, verify
+    return n, m, rows, verify
 
 
 class StepRecorder:
@@ -86,16 +89,15 @@ class StepRecorder:
         split = split_tokens(sampled_token_ids, req_ids, requests, self._scheduled)
         if split is None:
             return
-        n, m, verify = split
+        n, m, rows, verify = split
         # The exact sampler runs only on verifying (and seeded) steps: priced apart as
         # σ, so the fit sees the forward's cost per token, not a jump at the first draft.
         exact_s = min(exact_s, seconds)
         if n + m:
-            self.cost.observe_target_step(seconds - exact_s, n, m)
+            self.cost.observe_target_step(seconds - exact_s, n, m, rows)
         if m:
             return
-        rows = sum(1 for s in sampled_token_ids if s)
-        plain, whole = self.cost.step_time(rows), self.cost.step_time(n)
+        plain, whole = self.cost.step_time(rows), self.cost.step_time(n, rows=rows)
         if plain and whole:  # F: the step in plain steps at its batch, as fair_ks predicts
             step = whole / plain + (self.cost.fixed_cost(rows) if verify else 0.0)
             settle(sampled_token_ids, req_ids, requests, step, self.slack)
@@ -113,7 +115,7 @@ class StepRecorder:
         cost = self.cost
         f, c_prime = cost.snapshot(), cost.c_prime(batch)
         ms = lambda x: "-" if x is None else f"{1e3 * x:.3g}"
-        logger.info("specdec: step cost fit: a %s ms + b %s ms/token + p %s ms/prefill token,"
-                    " σ %s ms; at B %d: v %.3f, σ(B) %.3f, c'(B) %s", ms(f["a"]), ms(f["b"]),
-                    ms(f["p"]), ms(f["spec_s"]), batch, cost.load_cost(batch),
+        logger.info("specdec: step cost fit: a %s ms + b %s ms/token + q %s ms/row + p %s ms/prefill"
+                    " token, σ %s ms; at B %d: v %.3f, σ(B) %.3f, c'(B) %s", ms(f["a"]),
+                    ms(f["b"]), ms(f["q"]), ms(f["p"]), ms(f["spec_s"]), batch, cost.load_cost(batch),
                     cost.fixed_cost(batch), "-" if c_prime is None else f"{c_prime:.3f}")

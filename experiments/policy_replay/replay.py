@@ -2,7 +2,8 @@
 target answers, with a step clock from the served step-cost fit.
 
     python experiments/policy_replay/replay.py ANSWERS.jsonl [--batch 8] [--k 8]
-        [--a-ms 95 --b-ms 2.13 --p-ms 2.5 --sigma-ms 1.3] [--specdec '{"ngram_min_prob": 0.1}']
+        [--a-ms 95 --b-ms 2.13 --q-ms 0 --p-ms 2.5 --sigma-ms 1.3] [--fit-rows-as-tokens]
+        [--specdec '{"ngram_min_prob": 0.1}']
 
 What runs: the real ``DraftModelProposer`` in n-gram mode with adaptive k (its
 controllers, match pricing, shadows, batch checks and row ledger), driven by a fake
@@ -11,8 +12,8 @@ next prompt, which is prefilled in one step). Each row's drafts are verified aga
 recorded greedy answer (the accepted prefix, then one more token), so acceptance is what
 the target would give. The proposer's clock (``step_record``'s ``time.perf_counter``) is
 a simulated one: a step with n decode/verify tokens and m prefill tokens takes
-a + b·n + p·m, plus σ on a step that verifies (as the exact sampler's seconds), the
-served cost model's own form; ``--a-ms`` etc. default to the fit logged by the smol
+a + b·n + q·R + p·m over R decoding rows, plus σ on a step that verifies (as the exact
+sampler's seconds), the served cost model's own form (``--q-ms`` 0: a row costs a token); ``--a-ms`` etc. default to the fit logged by the smol
 float32 server at c = 8 (results/2026-11-28-28bf177-serving-smol-sharegpt-low-load-f32-spread/).
 The same answers are replayed without drafts (the baseline) and, with
 ``--suffix-site``, with in-tree suffix decoding's drafts (k 32, depth 24, every
@@ -135,7 +136,7 @@ def simulate(rows: list[dict], batch: int, cost: dict, draft_fn=None, proposer=N
         empty = []
         if not any(s is not None for s in slots):
             break
-        n = m = 0
+        n = m = rows_decoding = 0
         verify = False
         sampled: list[list[int]] = [[] for _ in range(batch)]
         for row, s in enumerate(slots):
@@ -149,6 +150,7 @@ def simulate(rows: list[dict], batch: int, cost: dict, draft_fn=None, proposer=N
             else:
                 d = s["drafts"]
                 n += 1 + len(d)
+                rows_decoding += 1
                 verify = verify or bool(d)
                 decode_rounds += 1
                 drafted_rounds += bool(d)
@@ -164,7 +166,8 @@ def simulate(rows: list[dict], batch: int, cost: dict, draft_fn=None, proposer=N
             sampled[row] = list(emit)
             if draft_fn is not None:
                 draft_fn("emit", s["slot"], emit)
-        step = cost["a"] + cost["b"] * n + cost["p"] * m + (cost["sigma"] if verify else 0.0)
+        step = cost["a"] + cost["b"] * n + cost["q"] * rows_decoding + cost["p"] * m \
+            + (cost["sigma"] if verify else 0.0)
         clock.t += step
         runner.rejection_sampler.exact_seconds = cost["sigma"] if verify else 0.0
         if proposer is not None:
@@ -235,21 +238,27 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0, help="first N answers only (0: all)")
     ap.add_argument("--a-ms", type=float, default=95.0)
     ap.add_argument("--b-ms", type=float, default=2.13)
+    ap.add_argument("--q-ms", type=float, default=0.0, help="a decoding row beyond its token")
     ap.add_argument("--p-ms", type=float, default=2.5)
     ap.add_argument("--sigma-ms", type=float, default=1.3)
     ap.add_argument("--specdec", default="{}", help="extra plugin options (JSON)")
+    ap.add_argument("--fit-rows-as-tokens", action="store_true",
+                    help="feed the step fit no row counts (every token a row), for comparison")
     ap.add_argument("--suffix-site", type=Path, default=None)
     args = ap.parse_args()
     rows = [json.loads(x) for x in args.answers.read_text().splitlines()]
     rows = rows[:args.limit] if args.limit else rows
     rows = [r for r in rows if r["output"] and len(r["prompt"]) + len(r["output"]) < MAX_LEN]
-    cost = {"a": args.a_ms / 1e3, "b": args.b_ms / 1e3, "p": args.p_ms / 1e3,
-            "sigma": args.sigma_ms / 1e3}
+    cost = {"a": args.a_ms / 1e3, "b": args.b_ms / 1e3, "q": args.q_ms / 1e3,
+            "p": args.p_ms / 1e3, "sigma": args.sigma_ms / 1e3}
     base = simulate(rows, args.batch, cost)
     res = {"baseline": base}
     if args.suffix_site:
         res["suffix-k32"] = simulate(rows, args.batch, cost, draft_fn=suffix_drafter(args.suffix_site))
     p = make_proposer(args.target, args.k, json.loads(args.specdec))
+    if args.fit_rows_as_tokens:  # the fit as it was before 2026-11-29: no row regressor
+        observe = p.step_cost.observe_target_step
+        p.step_cost.observe_target_step = lambda s, n, m=0, rows=None: observe(s, n, m)
     res["plugin"] = simulate(rows, args.batch, cost, proposer=p)
     res["plugin"]["no_draft"] = dict(Counter(p.stats.no_draft))
     res["plugin"]["drafted"], res["plugin"]["accepted"] = p.stats.drafted, p.stats.accepted

@@ -30,8 +30,8 @@ def _model_clock() -> None:
 
     target, draft, spec = (StepCost.observe_target_step, StepCost.observe_draft_step,
                            StepCost.observe_spec_overhead)
-    StepCost.observe_target_step = lambda self, _s, n, m=0: target(
-        self, 0.02 + 0.0004 * n + 0.0002 * m, n, m)
+    StepCost.observe_target_step = lambda self, _s, n, m=0, rows=None: target(
+        self, 0.02 + 0.0004 * n + 0.0002 * m, n, m, rows)
     StepCost.observe_draft_step = lambda self, _s, p, n: draft(self, 0.001 * p + 0.0001 * n, p, n)
     StepCost.observe_spec_overhead = lambda self, _s: spec(self, 0.001)
 

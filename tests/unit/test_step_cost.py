@@ -1,6 +1,6 @@
-"""The step cost model (``step_cost``): the target fit T = a + b·n + p·m over
-decode/verify and prefill tokens, the draft fit, σ; the step timer's token split
-(``step_record``); and which modules stay free of vLLM and torch.
+"""The step cost model (``step_cost``): the target fit T = a + b·n + p·m + q·R over
+decode/verify tokens, prefill tokens and decoding rows, the draft fit, σ; the step
+timer's token split (``step_record``); and which modules stay free of vLLM and torch.
 
 Tolerances come from the noise put in, not tuned to the seeds: with 1 % noise on
 T and ~100 effective samples (forgetting 0.99), the slopes' relative standard error
@@ -210,6 +210,75 @@ def test_degenerate_prefill_fits():
     assert StepCost().step_time(4) is None and StepCost().seconds_per_token() is None
 
 
+# -- rows apart from verify tokens (the three-regressor fit) ------------------------------
+
+def _verifying_steps(rng: random.Random, steps: int, k_max: int = 8):
+    """(n tokens, m prefill tokens, R rows) of a server's steps at a load that moves:
+    R rows decoding, each verifying 0..k_max drafts, about one step in four with a
+    prompt chunk."""
+    for _ in range(steps):
+        rows = rng.randint(1, 16)
+        n = rows + sum(rng.randint(0, k_max) for _ in range(rows))
+        yield n, rng.choice((0, 0, 0, rng.randint(16, 512))), rows
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fit_tells_a_row_from_a_verify_token(seed):
+    """A row costs b + q, a verify token b: with q ~2x b (as a CPU measures, see
+    step_cost's docstring) the fit recovers both, and v(B) prices a draft token at b."""
+    a, b, q, p = 0.046, 2.6e-3, 5.0e-3, 2.5e-3 / 20
+    rng = random.Random(seed)
+    cost = StepCost()
+    for n, m, rows in _verifying_steps(rng, 3000):
+        cost.observe_target_step((a + b * n + q * rows + p * m) * (1 + rng.gauss(0, 0.01)),
+                                 n, m, rows)
+    assert cost.step_time(0) == pytest.approx(a, rel=0.15)
+    assert cost.seconds_per_token() == pytest.approx(b, rel=0.15)
+    assert cost.seconds_per_row() == pytest.approx(q, rel=0.15)
+    assert cost.seconds_per_prefill_token() == pytest.approx(p, rel=0.15)
+    assert cost.step_time(8) == pytest.approx(a + (b + q) * 8, rel=0.05)
+    assert cost.step_time(40, rows=8) == pytest.approx(a + b * 40 + q * 8, rel=0.05)
+    assert cost.load_cost(8) == pytest.approx(b * 8 / (a + (b + q) * 8), rel=0.15)
+
+
+def test_rows_read_as_tokens_overprice_a_draft():
+    """The fit without rows (every token a row, as before) takes part of a row's cost
+    for a token's and prices a draft token at over 1.5x what it costs."""
+    a, b, q = 0.046, 2.6e-3, 5.0e-3
+    rng = random.Random(4)
+    with_rows, without = StepCost(), StepCost()
+    for n, _, rows in _verifying_steps(rng, 2000):
+        t = a + b * n + q * rows
+        with_rows.observe_target_step(t, n, 0, rows)
+        without.observe_target_step(t, n)
+    true_v = b * 8 / (a + (b + q) * 8)
+    assert with_rows.load_cost(8) == pytest.approx(true_v, rel=1e-6)
+    assert without.load_cost(8) > 1.5 * true_v
+
+
+def test_rows_in_lockstep_with_tokens_keep_the_token_fit():
+    """Every row verifying the same k (n = (1 + k)·R): rows cannot be told from tokens;
+    q keeps its last identified value (0 before one) and the step is still predicted."""
+    a, b = 0.02, 1e-3
+    lock = StepCost()
+    for rows in (1, 2, 4, 8, 16) * 10:
+        lock.observe_target_step(a + b * 4 * rows, 4 * rows, 0, rows)
+    assert lock.seconds_per_row() == 0.0
+    assert lock.seconds_per_token() == pytest.approx(b, rel=1e-6)
+    assert lock.step_time(32, rows=8) == pytest.approx(a + b * 32, rel=1e-6)
+    # once k varies, q is identified; back in lockstep it stays
+    known = StepCost()
+    q = 3e-3
+    for n, _, rows in _verifying_steps(random.Random(6), 500):
+        known.observe_target_step(a + b * n + q * rows, n, 0, rows)
+    for rows in (1, 2, 4, 8, 16) * 40:
+        known.observe_target_step(a + b * 4 * rows + q * rows, 4 * rows, 0, rows)
+    assert known.seconds_per_row() == pytest.approx(q, rel=1e-3)
+    assert known.seconds_per_token() == pytest.approx(b, rel=1e-3)
+    with pytest.raises(ValueError):
+        StepCost().observe_target_step(0.01, 4, 0, 5)  # more rows than tokens
+
+
 # -- the step timer's token split ----------------------------------------------------
 
 def test_split_tokens_counts_decode_verify_and_prefill():
@@ -219,12 +288,12 @@ def test_split_tokens_counts_decode_verify_and_prefill():
     sampled = [[1, 2], [3], [4], []]
     ids = ["a", "b", "c", "d"]
     scheduled = {"a": 3, "b": 1, "c": 40, "d": 128}
-    assert split_tokens(sampled, ids, requests, scheduled) == (3 + 1, 40 + 128, True)
+    assert split_tokens(sampled, ids, requests, scheduled) == (3 + 1, 40 + 128, 2, True)
     # without scheduled counts a step with prefill is unknown, a decode step is not
     assert split_tokens(sampled, ids, requests, None) is None
-    assert split_tokens(sampled[:2], ids[:2], requests, None) == (4, 0, True)
+    assert split_tokens(sampled[:2], ids[:2], requests, None) == (4, 0, 2, True)
     # a decode row given more than 1 + its drafts: the rest is prefill
-    assert split_tokens([[3]], ["b"], requests, {"b": 9}) == (1, 8, False)
+    assert split_tokens([[3]], ["b"], requests, {"b": 9}) == (1, 8, 1, False)
 
 
 # -- modules that must not need vLLM or torch ----------------------------------------
