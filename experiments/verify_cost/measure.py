@@ -1,7 +1,7 @@
 """The target's decode step time against the tokens it verifies, at a fixed batch.
 
     PYTHONPATH=. VLLM_PLUGINS="" python experiments/verify_cost/measure.py [--pair smol]
-        [--dtype float32] [--batch 8] [--k 4] [--tokens 128]
+        [--dtype float32] [--batch 8] [--k 4] [--tokens 128] [--context 0]
 
 Run at k 0 (no speculation), 1 and 4 and compare the medians by token count: the
 repetitive prompts make nearly every row draft k, so one run covers few counts.
@@ -30,6 +30,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--context", type=int, default=0,
+                    help="prefix each prompt with this many tokens of prose (docs/), so every "
+                         "row attends over a served-length context")
     a = ap.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # reach the runner
     from vllm import LLM, SamplingParams
@@ -67,6 +70,14 @@ def main() -> None:
 
     runner.execute_model, runner.sample_tokens = execute_model, sample_tokens
     prompts = (load_prompt_set("repetitive") * a.batch)[:a.batch]
+    if a.context:
+        from pathlib import Path
+
+        tok = llm.get_tokenizer()
+        prose = (Path(__file__).resolve().parents[2] / "docs/serving-and-tuning.md").read_text()
+        ctx = tok(prose, add_special_tokens=False)["input_ids"][:a.context]
+        prompts = [{"prompt_token_ids": ctx + tok(p, add_special_tokens=False)["input_ids"]}
+                   for p in prompts]
     params = SamplingParams(temperature=0, max_tokens=a.tokens, ignore_eos=True)
     llm.generate(prompts, params, use_tqdm=False)  # warm-up (compiles shapes)
     steps.clear()
@@ -77,7 +88,8 @@ def main() -> None:
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
-    print(f"pair {a.pair}, {a.dtype}, batch {a.batch}, k {a.k}: {len(full)} decode steps at "
+    print(f"pair {a.pair}, {a.dtype}, batch {a.batch}, k {a.k}, context {a.context}: "
+          f"{len(full)} decode steps at "
           f"B {a.batch}, tokens {min(xs)}-{max(xs)} (mean {mx:.1f})")
     print(f"step = {1e3 * (my - b * mx):.1f} ms + {1e3 * b:.2f} ms/token")
     by_n: dict[int, list[float]] = {}

@@ -224,9 +224,10 @@ def _verifying_steps(rng: random.Random, steps: int, k_max: int = 8):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_fit_tells_a_row_from_a_verify_token(seed):
-    """A row costs b + q, a verify token b: with q ~2x b (as a CPU measures, see
-    step_cost's docstring) the fit recovers both, and v(B) prices a draft token at b."""
-    a, b, q, p = 0.046, 2.6e-3, 5.0e-3, 2.5e-3 / 20
+    """A row costs b + q, a verify token b: with a row 1.7x a token (the smol target in
+    float32 on a CPU measures 1.4-1.7x) the fit recovers both, and v(B) prices a draft
+    token at b."""
+    a, b, q, p = 0.046, 2.6e-3, 1.8e-3, 2.5e-3 / 20
     rng = random.Random(seed)
     cost = StepCost()
     for n, m, rows in _verifying_steps(rng, 3000):
@@ -234,7 +235,8 @@ def test_fit_tells_a_row_from_a_verify_token(seed):
                                  n, m, rows)
     assert cost.step_time(0) == pytest.approx(a, rel=0.15)
     assert cost.seconds_per_token() == pytest.approx(b, rel=0.15)
-    assert cost.seconds_per_row() == pytest.approx(q, rel=0.15)
+    # n moves with R (n ≈ 5R here), so q has the widest error: ~7 % sd over 12 seeds
+    assert cost.seconds_per_row() == pytest.approx(q, rel=0.3)
     assert cost.seconds_per_prefill_token() == pytest.approx(p, rel=0.15)
     assert cost.step_time(8) == pytest.approx(a + (b + q) * 8, rel=0.05)
     assert cost.step_time(40, rows=8) == pytest.approx(a + b * 40 + q * 8, rel=0.05)
@@ -243,8 +245,9 @@ def test_fit_tells_a_row_from_a_verify_token(seed):
 
 def test_rows_read_as_tokens_overprice_a_draft():
     """The fit without rows (every token a row, as before) takes part of a row's cost
-    for a token's and prices a draft token at over 1.5x what it costs."""
-    a, b, q = 0.046, 2.6e-3, 5.0e-3
+    for a token's: with a row 1.7x a token it prices a draft token at 1.28x what it
+    costs (1.19x at 1.5x, 1.43x at 2x)."""
+    a, b, q = 0.046, 2.6e-3, 1.8e-3
     rng = random.Random(4)
     with_rows, without = StepCost(), StepCost()
     for n, _, rows in _verifying_steps(rng, 2000):
@@ -253,7 +256,7 @@ def test_rows_read_as_tokens_overprice_a_draft():
         without.observe_target_step(t, n)
     true_v = b * 8 / (a + (b + q) * 8)
     assert with_rows.load_cost(8) == pytest.approx(true_v, rel=1e-6)
-    assert without.load_cost(8) > 1.5 * true_v
+    assert without.load_cost(8) > 1.2 * true_v
 
 
 def test_rows_in_lockstep_with_tokens_keep_the_token_fit():
