@@ -12,16 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_specdec_plugin.speedup import shrunk_alpha
-from vllm_specdec_plugin.step_plan import StepPrice
+from vllm_specdec_plugin.step_cost import StepPrice
 from vllm_specdec_plugin.tuning import PRIOR_WEIGHT
 
 
 def plan_hint(proposer: Any) -> tuple[StepPrice | None, dict[str, float]]:
     """(price of target tokens or None before a fit, {req_id: α per draft token})."""
-    cost = proposer.step_cost
-    a, b = cost.step_time(0), cost.seconds_per_token()
-    price = None if a is None or b is None else \
-        StepPrice(a, b, cost.seconds_per_prefill_token() or 0.0, cost.seconds_per_row() or 0.0)
+    price = proposer.step_cost.price()
     alphas = {}
     prior = proposer.config.adaptive_prior_alpha
     for rid, req in proposer.requests.items():

@@ -25,11 +25,30 @@ steps at batch B: ``load_cost`` v(B), ``fixed_cost`` σ(B), ``c_prime`` c'(B).
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections import deque
+from dataclasses import dataclass
 
 from vllm_specdec_plugin.tuning import (A_MIN, DRAFT_FIT_EMA, MIN_DET, MIN_VAR_TOKENS,
                                         SPEC_WINDOW, STEP_FIT_DECAY)
+
+
+@dataclass(frozen=True)
+class StepPrice:
+    """Predicted target step time T = a + b·(decode + verify tokens) + q·(decode rows)
+    + p·(prefill tokens) (``TargetFit``): what the step plan reads."""
+
+    intercept_s: float           # a
+    per_token_s: float           # b: one decode or verify token
+    per_prefill_token_s: float   # p: one prompt token
+    per_row_s: float = 0.0       # q: a decoding row beyond its token
+
+    def seconds(self, tokens: int, prefill_tokens: int = 0, rows: int | None = None) -> float:
+        """``rows`` decoding rows (None: one per token, no drafts)."""
+        return self.intercept_s + self.per_token_s * tokens \
+            + self.per_prefill_token_s * prefill_tokens \
+            + self.per_row_s * (tokens if rows is None else rows)
 
 
 class TargetFit:
@@ -106,19 +125,12 @@ class TargetFit:
             return full
         best, gain = [0.0] * len(ident), 0.0
         for size in range(len(ident) - 1, 0, -1):
-            for sub in _subsets(ident, size):
+            for sub in map(list, itertools.combinations(ident, size)):
                 sol = _cramer(self._c, sub, rhs)
                 g = sum(v * rhs[i] for i, v in zip(sub, sol))
                 if all(v >= 0 for v in sol) and g > gain:
                     gain, best = g, [sol[sub.index(i)] if i in sub else 0.0 for i in ident]
         return best
-
-
-def _subsets(items: list[int], size: int) -> list[list[int]]:
-    if size == 0:
-        return [[]]
-    return [[items[i], *rest] for i in range(len(items))
-            for rest in _subsets(items[i + 1:], size - 1)]
 
 
 def _det(m: list[list[float]]) -> float:
@@ -239,28 +251,18 @@ class StepCost:
         self._spec_s = statistics.median(self._spec_samples)
 
     # -- predictions, seconds -----------------------------------------------------
+    def price(self) -> StepPrice | None:
+        """The fitted target step as a ``StepPrice``; None before any target step."""
+        t = self.target
+        return None if t.a is None else StepPrice(t.a, t.b, t.p, t.q)
+
     def step_time(self, num_tokens: float, prefill_tokens: float = 0,
                   rows: float | None = None) -> float | None:
         """Fitted target step seconds with ``num_tokens`` decode/verify tokens over
         ``rows`` rows (None: a plain step, one row per token) and ``prefill_tokens``
         prefill tokens; None before any target step."""
-        t = self.target
-        if t.a is None:
-            return None
-        return t.a + t.b * num_tokens + t.p * prefill_tokens \
-            + t.q * (num_tokens if rows is None else rows)
-
-    def seconds_per_token(self) -> float | None:
-        """b: seconds one more verify token adds to a target step (None: no fit)."""
-        return None if self.target.a is None else self.target.b
-
-    def seconds_per_row(self) -> float | None:
-        """q: seconds a decoding row adds beyond its token's b (None: no fit)."""
-        return None if self.target.a is None else self.target.q
-
-    def seconds_per_prefill_token(self) -> float | None:
-        """p: seconds one more prefill token adds to a target step (None: no fit)."""
-        return None if self.target.a is None else self.target.p
+        price = self.price()
+        return None if price is None else price.seconds(num_tokens, prefill_tokens, rows)
 
     def draft_round_time(self, num_forwards: int, num_tokens: int) -> float | None:
         """Fitted seconds of a draft round (P forwards over N tokens); None unmeasured."""

@@ -26,24 +26,8 @@ import math
 from dataclasses import dataclass
 
 from vllm_specdec_plugin.speedup import best_positions
+from vllm_specdec_plugin.step_cost import StepPrice
 from vllm_specdec_plugin.tuning import TTFT_SLACK
-
-
-@dataclass(frozen=True)
-class StepPrice:
-    """Predicted target step time T = a + b·(decode + verify tokens) + q·(decode rows)
-    + p·(prefill tokens) (``step_cost.TargetFit``)."""
-
-    intercept_s: float           # a
-    per_token_s: float           # b: one decode or verify token
-    per_prefill_token_s: float   # p: one prompt token
-    per_row_s: float = 0.0       # q: a decoding row beyond its token
-
-    def seconds(self, tokens: int, prefill_tokens: int = 0, rows: int | None = None) -> float:
-        """``rows`` decoding rows (None: one per token, no drafts)."""
-        return self.intercept_s + self.per_token_s * tokens \
-            + self.per_prefill_token_s * prefill_tokens \
-            + self.per_row_s * (tokens if rows is None else rows)
 
 
 @dataclass(frozen=True)

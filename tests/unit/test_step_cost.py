@@ -122,8 +122,8 @@ def test_fit_recovers_a_b_p_from_noisy_steps(a, b, p, seed):
     for n, m in _serving_steps(rng, 3000):
         cost.observe_target_step((a + b * n + p * m) * (1 + rng.gauss(0, 0.01)), n, m)
     assert cost.step_time(0) == pytest.approx(a, rel=0.15)
-    assert cost.seconds_per_token() == pytest.approx(b, rel=0.15)
-    assert cost.seconds_per_prefill_token() == pytest.approx(p, rel=0.15)
+    assert cost.price().per_token_s == pytest.approx(b, rel=0.15)
+    assert cost.price().per_prefill_token_s == pytest.approx(p, rel=0.15)
     # the controller's view is a step without prefill
     assert cost.step_time(50) == pytest.approx(a + b * 50, rel=0.1)
     assert cost.step_time(50, 200) == pytest.approx(a + b * 50 + p * 200, rel=0.1)
@@ -139,7 +139,7 @@ def test_prefill_steps_no_longer_bias_the_decode_fit():
     for n, m in _serving_steps(rng, 2000):
         cost.observe_target_step(a + b * n + p * m, n, m)
     assert cost.step_time(32) == pytest.approx(a + b * 32, rel=1e-6)
-    assert cost.seconds_per_prefill_token() == pytest.approx(p, rel=1e-6)
+    assert cost.price().per_prefill_token_s == pytest.approx(p, rel=1e-6)
 
 
 def _one_regressor(samples, decay=0.99):
@@ -168,7 +168,7 @@ def test_without_prefill_the_fit_is_the_one_regressor_fit_exactly():
     for t, n in samples:
         cost.observe_target_step(t, n)
     assert (cost.target.a, cost.target.b) == _one_regressor(samples)
-    assert cost.seconds_per_prefill_token() == 0.0
+    assert cost.price().per_prefill_token_s == 0.0
 
 
 def test_degenerate_prefill_fits():
@@ -177,27 +177,27 @@ def test_degenerate_prefill_fits():
     same = StepCost()
     for n in (4, 8, 16, 32) * 10:
         same.observe_target_step(a + b * n + p * 64, n, 64)
-    assert same.seconds_per_prefill_token() == 0.0
-    assert same.seconds_per_token() == pytest.approx(b, rel=1e-6)
+    assert same.price().per_prefill_token_s == 0.0
+    assert same.price().per_token_s == pytest.approx(b, rel=1e-6)
     # prefill moves in lockstep with n: the two cannot be told apart, no blow-up
     lock = StepCost()
     for n in (4, 8, 16, 32) * 10:
         lock.observe_target_step(a + b * n + p * 2 * n, n, 2 * n)
-    assert lock.seconds_per_token() >= 0 and lock.seconds_per_prefill_token() >= 0
+    assert lock.price().per_token_s >= 0 and lock.price().per_prefill_token_s >= 0
     assert lock.step_time(8, 16) == pytest.approx(a + b * 8 + p * 16, rel=1e-6)
     # prefill-only steps (no row decoding) with a fixed decode count elsewhere
     only = StepCost()
     for m in (16, 64, 256, 512) * 10:
         only.observe_target_step(a + p * m, 0, m)
-    assert only.seconds_per_prefill_token() == pytest.approx(p, rel=1e-6)
-    assert only.seconds_per_token() == 0.0 and only.step_time(0) == pytest.approx(a)
+    assert only.price().per_prefill_token_s == pytest.approx(p, rel=1e-6)
+    assert only.price().per_token_s == 0.0 and only.step_time(0) == pytest.approx(a)
     # slower with more prefill is the truth; faster is noise: p clamped to 0
     neg = StepCost()
     rng = random.Random(2)
     for _ in range(200):
         n, m = rng.randint(1, 64), rng.choice((0, 128, 256))
         neg.observe_target_step(max(a + b * n - 1e-5 * m, 0.0), n, m)
-    assert neg.seconds_per_prefill_token() == 0.0 and neg.seconds_per_token() > 0
+    assert neg.price().per_prefill_token_s == 0.0 and neg.price().per_token_s > 0
     # negative intercept: floored at A_MIN
     origin = StepCost()
     for n, m in ((4, 0), (8, 100), (16, 0), (32, 300)) * 5:
@@ -207,7 +207,7 @@ def test_degenerate_prefill_fits():
         StepCost().observe_target_step(0.01, 0, 0)  # a step with no tokens
     with pytest.raises(ValueError):
         StepCost().observe_target_step(0.01, 4, -1)
-    assert StepCost().step_time(4) is None and StepCost().seconds_per_token() is None
+    assert StepCost().step_time(4) is None and StepCost().price() is None
 
 
 # -- rows apart from verify tokens (the three-regressor fit) ------------------------------
@@ -234,10 +234,10 @@ def test_fit_tells_a_row_from_a_verify_token(seed):
         cost.observe_target_step((a + b * n + q * rows + p * m) * (1 + rng.gauss(0, 0.01)),
                                  n, m, rows)
     assert cost.step_time(0) == pytest.approx(a, rel=0.15)
-    assert cost.seconds_per_token() == pytest.approx(b, rel=0.15)
+    assert cost.price().per_token_s == pytest.approx(b, rel=0.15)
     # n moves with R (n ≈ 5R here), so q has the widest error: ~7 % sd over 12 seeds
-    assert cost.seconds_per_row() == pytest.approx(q, rel=0.3)
-    assert cost.seconds_per_prefill_token() == pytest.approx(p, rel=0.15)
+    assert cost.price().per_row_s == pytest.approx(q, rel=0.3)
+    assert cost.price().per_prefill_token_s == pytest.approx(p, rel=0.15)
     assert cost.step_time(8) == pytest.approx(a + (b + q) * 8, rel=0.05)
     assert cost.step_time(40, rows=8) == pytest.approx(a + b * 40 + q * 8, rel=0.05)
     assert cost.load_cost(8) == pytest.approx(b * 8 / (a + (b + q) * 8), rel=0.15)
@@ -266,8 +266,8 @@ def test_rows_in_lockstep_with_tokens_keep_the_token_fit():
     lock = StepCost()
     for rows in (1, 2, 4, 8, 16) * 10:
         lock.observe_target_step(a + b * 4 * rows, 4 * rows, 0, rows)
-    assert lock.seconds_per_row() == 0.0
-    assert lock.seconds_per_token() == pytest.approx(b, rel=1e-6)
+    assert lock.price().per_row_s == 0.0
+    assert lock.price().per_token_s == pytest.approx(b, rel=1e-6)
     assert lock.step_time(32, rows=8) == pytest.approx(a + b * 32, rel=1e-6)
     # once k varies, q is identified; back in lockstep it stays
     known = StepCost()
@@ -276,8 +276,8 @@ def test_rows_in_lockstep_with_tokens_keep_the_token_fit():
         known.observe_target_step(a + b * n + q * rows, n, 0, rows)
     for rows in (1, 2, 4, 8, 16) * 40:
         known.observe_target_step(a + b * 4 * rows + q * rows, 4 * rows, 0, rows)
-    assert known.seconds_per_row() == pytest.approx(q, rel=1e-3)
-    assert known.seconds_per_token() == pytest.approx(b, rel=1e-3)
+    assert known.price().per_row_s == pytest.approx(q, rel=1e-3)
+    assert known.price().per_token_s == pytest.approx(b, rel=1e-3)
     with pytest.raises(ValueError):
         StepCost().observe_target_step(0.01, 4, 0, 5)  # more rows than tokens
 
@@ -314,8 +314,8 @@ PURE = {  # module -> the package modules it may import (each itself pure)
     "tenancy": {"ngram_corpus"},
     "ngram": {"tuning"},
     "ngram_corpus": {"ngram", "tuning"},
-    "step_plan": {"speedup", "tuning"},
-    "plan_hint": {"speedup", "step_plan", "tuning"},
+    "step_plan": {"speedup", "step_cost", "tuning"},
+    "plan_hint": {"speedup", "step_cost", "tuning"},
 }
 STDLIB = {"__future__", "math", "statistics", "collections", "dataclasses", "typing", "time",
           "itertools", "heapq", "logging"}
