@@ -27,6 +27,7 @@ from pathlib import Path
 from benchmarks.configs import A_A, BASELINE
 from benchmarks.serving_cells import LOAD_KINDS, load_label, load_of, time_split
 from benchmarks.serving_first_token import arrival_lines, first_token_lines, steady_lines
+from benchmarks.serving_paired import paired_lines
 from benchmarks.serving_tail import tail_lines
 from benchmarks.stats import geomean, median
 
@@ -282,6 +283,7 @@ def markdown(res: dict) -> str:
     lines += pooled_lines(res)
     lines += rep_lines(res)
     lines += tail_lines(res)
+    lines += paired_lines(res)
     lines += cpu_lines(res)
     lines += step_lines(res)
     lines += steady_lines(res)

@@ -477,6 +477,41 @@ def test_serving_report_pools_the_tail_over_repetitions_with_an_interval():
 
 
 @pytest.mark.unit
+def test_serving_report_compares_each_request_with_itself():
+    """serving.md's per-request table: request i over no speculation's request i, pooled
+    over repetitions; a request slowed 1.3x and one sped up 0.7x give a median of 1.00x
+    (which percentiles alone cannot tell from no change) and a 50 % share slower by more
+    than 1.20x. Cells whose requests differ (other output lengths) do not pair."""
+    from benchmarks import serving_paired, serving_report
+
+    def cell(config, rep, scales):
+        lat = [0.1 + 1.0 * s for s in scales]
+        return {"config": config, "workload": "sharegpt", "max_concurrency": 8,
+                "repetition": rep, "output_throughput": 1.0, "latencies": lat,
+                "ttfts": [0.1] * len(scales), "input_lens": [5, 7], "output_lens": [11, 11],
+                "median_tpot_ms": 100.0, "p99_tpot_ms": 100.0, "median_ttft_ms": 100.0,
+                "p99_ttft_ms": 100.0, "p99_e2el_ms": 1000.0}
+
+    cells = [cell(c, r, s) for r in (0, 1) for c, s in
+             (("nospec", [1.0, 1.0]), ("nospec-again", [1.0, 1.0]), ("plugin-x", [1.3, 0.7]))]
+    res = {"meta": {"pair": "ci", "started": "t", "git": {"short": "x"}, "args": {}},
+           "cells": cells}
+    ratios = serving_paired.paired_ratios(cells[2], cells[0], "tpot")
+    assert ratios == pytest.approx([1.3, 0.7])
+    lines = serving_paired.paired_lines(res)
+    assert "| sharegpt | c = 8 | plugin-x | 2 | 4 | 1.00x | 50% | 50% | 50% | 1.30x | 1.00x |" in lines
+    assert "| sharegpt | c = 8 | nospec-again | 2 | 4 | 1.00x | 0% | 0% | 0% | 1.00x | 1.00x |" in lines
+    assert "## Each request against itself without speculation" in serving_report.markdown(res)
+    other = dict(cells[5], output_lens=[11, 12])  # rep 1 answered differently: no pairs
+    assert serving_paired.paired_ratios(other, cells[3], "tpot") is None
+    lines = serving_paired.paired_lines({"cells": cells[:5] + [other]})
+    assert "| sharegpt | c = 8 | plugin-x | 1 (1 unpaired) | 2 | 1.00x |" in " ".join(lines)
+    assert serving_paired.paired_lines({"cells": [dict(c, output_lens=[3, c["repetition"]])
+                                                  for c in cells if c["config"] != "nospec"]
+                                        + [c for c in cells if c["config"] == "nospec"]}) == []
+
+
+@pytest.mark.unit
 def test_serving_report_splits_the_first_token():
     """serving.md's first-token table: per cell the mean queue, prefill, rest and engine
     TTFT in ms from vLLM's histogram sums and counts, median over repetitions, beside

@@ -1,0 +1,82 @@
+"""The serving report's per-request table: each request's TPOT and TTFT over no
+speculation's for the same request, in the same repetition.
+
+The product promises that every request is at least as fast as without speculation.
+Percentiles of two configurations compare different requests: a median TPOT can hold
+while a quarter of the requests slow down by 20 % and others speed up. With a fixed seed
+`vllm bench serve` sends the same prompts in the same order to every server, and greedy
+output is exact, so request i of a cell and request i of no speculation's cell are the
+same prompt with the same answer length: their ratio is what speculation did to that
+request (and to when it ran beside which others). Pairs are used only where the input and
+output lengths match request by request.
+
+The A/A control (`nospec-again`) runs the same schedule as no speculation, so its row is a
+floor on the noise, not all of it: a configuration that changes step times also changes
+which requests share a step.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from benchmarks.configs import A_A, BASELINE
+from benchmarks.serving_cells import load_label, load_of
+from benchmarks.serving_tail import request_ms
+
+SLOWER = (1.02, 1.10, 1.20)  # the shares reported: TPOT over no speculation's by more than these
+
+
+def paired_ratios(cell: dict, base: dict, metric: str) -> np.ndarray | None:
+    """Per-request ``metric`` ("tpot", "ttft", "e2e") of ``cell`` over ``base``'s for the
+    same request; None when the two cells did not send and answer the same requests
+    (input or output lengths differ, e.g. sampled output)."""
+    if (cell.get("input_lens") != base.get("input_lens")
+            or cell.get("output_lens") != base.get("output_lens") or not cell.get("latencies")):
+        return None
+    return request_ms(cell, metric) / request_ms(base, metric)
+
+
+def paired_lines(res: dict) -> list[str]:
+    """Markdown: per load and configuration, over all repetitions' requests, the median
+    per-request TPOT and TTFT ratio to no speculation, the shares of requests whose TPOT
+    is more than each of SLOWER times no speculation's, and the worst one. [] when no
+    cells pair."""
+    groups: dict = defaultdict(lambda: defaultdict(dict))
+    for c in res["cells"]:
+        groups[(c["workload"], *load_of(c))][c["config"]][c["repetition"]] = c
+    rows = []
+    for (workload, kind, load), by_config in sorted(groups.items()):
+        base = by_config.get(BASELINE, {})
+        for config in sorted(k for k in by_config if k != BASELINE):
+            tpot, ttft, unpaired = [], [], 0
+            for rep, cell in sorted(by_config[config].items()):
+                t = paired_ratios(cell, base[rep], "tpot") if rep in base else None
+                if t is None:
+                    unpaired += 1
+                    continue
+                tpot.append(t)
+                ttft.append(paired_ratios(cell, base[rep], "ttft"))
+            if not tpot:
+                continue
+            t, f = np.concatenate(tpot), np.concatenate(ttft)
+            shares = " | ".join(f"{np.mean(t > s):.0%}" for s in SLOWER)
+            note = f" ({unpaired} unpaired)" if unpaired else ""
+            rows.append(f"| {workload} | {load_label(kind, load)} | {config} | {len(tpot)}{note} | "
+                        f"{len(t)} | {np.median(t):.2f}x | {shares} | {t.max():.2f}x | "
+                        f"{np.median(f):.2f}x |")
+    if not rows:
+        return []
+    return ["## Each request against itself without speculation", "",
+            "Request i of a cell and of no speculation's cell in the same repetition are the "
+            "same prompt with the same answer (fixed seed, exact output): the ratios are per "
+            "request, pooled over repetitions. Columns: the median request's TPOT ratio, the "
+            "share of requests whose TPOT is more than 1.02x / 1.10x / 1.20x no speculation's, "
+            "the worst, and the median TTFT ratio. "
+            f"The A/A control (`{A_A}`) runs no speculation's very schedule, so its row is a "
+            "floor on the noise: a configuration that changes step times also changes which "
+            "requests share a step.", "",
+            "| workload | load | config | reps | requests | TPOT ratio p50 | "
+            + " | ".join(f"TPOT > {s:.2f}x" for s in SLOWER) + " | worst | TTFT ratio p50 |",
+            "|---|---|---|---:|---:|---:|" + "---:|" * len(SLOWER) + "---:|---:|"] + rows + [""]
