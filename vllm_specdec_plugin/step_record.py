@@ -29,6 +29,10 @@ from vllm_specdec_plugin.step_cost import StepCost
 from vllm_specdec_plugin.tuning import FIT_LOG_S
 
 logger = logging.getLogger("vllm.specdec_plugin")
+# One DEBUG line per step (off unless this logger is set to DEBUG, e.g. through vLLM's
+# VLLM_LOGGING_CONFIG_PATH: docs/serving-and-tuning.md): the timers and the fit's
+# prediction made before the step was observed, to check the cost model on served traffic.
+step_log = logging.getLogger("vllm.specdec_plugin.steps")
 
 
 def split_tokens(sampled_token_ids: list[list[int]], req_ids: list[str],
@@ -72,11 +76,14 @@ class StepRecorder:
         self._t0: float | None = None  # when the current engine step began
         self._logged = time.perf_counter()  # when the fit was last logged
         self._scheduled: Mapping[str, int] | None = None
+        self._gap = 0.0  # seconds from the last step's end to this one's begin (host, scheduler)
+        self._last_end: float | None = None
 
     def begin(self, scheduled: Mapping[str, int] | None) -> None:
         """The step's target work starts; ``scheduled``: req_id -> scheduled tokens."""
         self._t0 = time.perf_counter()
         self._scheduled = scheduled
+        self._gap = 0.0 if self._last_end is None else self._t0 - self._last_end
 
     def end(self, sampled_token_ids: list[list[int]], req_ids: list[str],
             requests: Mapping[str, Any], exact_s: float) -> None:
@@ -86,6 +93,7 @@ class StepRecorder:
         now = time.perf_counter()
         seconds = now - self._t0
         self._t0 = None
+        self._last_end = now
         split = split_tokens(sampled_token_ids, req_ids, requests, self._scheduled)
         if split is None:
             return
@@ -93,6 +101,8 @@ class StepRecorder:
         # The exact sampler runs only on verifying (and seeded) steps: priced apart as
         # σ, so the fit sees the forward's cost per token, not a jump at the first draft.
         exact_s = min(exact_s, seconds)
+        if step_log.isEnabledFor(logging.DEBUG):
+            self._log_step(seconds, exact_s, n, m, rows, verify, sampled_token_ids)
         if n + m:
             self.cost.observe_target_step(seconds - exact_s, n, m, rows)
         if m:
@@ -108,6 +118,18 @@ class StepRecorder:
         if now - self._logged > FIT_LOG_S:
             self._logged = now
             self.log_fit(rows)
+
+    def _log_step(self, seconds: float, exact_s: float, n: int, m: int, rows: int,
+                  verify: bool, sampled_token_ids: list[list[int]]) -> None:
+        """The DEBUG step line: measured seconds (target step, exact sampler, host gap
+        before it), the tokens, and the fit's prediction before it saw this step."""
+        ms = lambda x: "-" if x is None else f"{1e3 * x:.2f}"
+        spec = self.cost.snapshot()["spec_s"] if verify else 0.0
+        pred = self.cost.step_time(n, m, rows=rows)
+        step_log.debug("specdec step: s %s exact %s gap %s | n %d m %d rows %d verify %d emitted %d"
+                       " | pred %s plain %s sigma %s", ms(seconds), ms(exact_s), ms(self._gap),
+                       n, m, rows, verify, sum(len(t) for t in sampled_token_ids), ms(pred),
+                       ms(self.cost.step_time(rows, m)), ms(spec))
 
     def log_fit(self, batch: int) -> None:
         """One INFO line: the step cost fit and what it implies at ``batch`` rows (what

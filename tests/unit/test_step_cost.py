@@ -282,6 +282,40 @@ def test_rows_in_lockstep_with_tokens_keep_the_token_fit():
         StepCost().observe_target_step(0.01, 4, 0, 5)  # more rows than tokens
 
 
+
+def test_step_log_line_carries_the_prediction_made_before_the_step(caplog):
+    """With ``vllm.specdec_plugin.steps`` at DEBUG, each recorded step logs its timers and
+    the fit's prediction from before it saw the step, in the form
+    experiments/step_log/summarize.py parses; nothing is logged at INFO."""
+    import importlib.util
+    import logging
+    from pathlib import Path
+
+    from vllm_specdec_plugin.step_record import StepRecorder
+
+    spec = importlib.util.spec_from_file_location(
+        "summarize", Path(__file__).parents[2] / "experiments/step_log/summarize.py")
+    summarize = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summarize)
+    cost = StepCost()
+    for b in (2, 4, 8):
+        cost.observe_target_step(0.010 + 0.002 * b, b)  # plain steps
+    rec = StepRecorder(cost, SimpleNamespace(target_step=lambda *a: None), 0.2)
+    requests = {r: SimpleNamespace(seen=True, drafted=[], credit=0.0) for r in "abcd"}
+    requests["a"].drafted = [7, 8]
+    for level in (logging.INFO, logging.DEBUG):
+        caplog.clear()
+        before = cost.step_time(6, rows=4)
+        with caplog.at_level(level, logger="vllm.specdec_plugin.steps"):
+            rec.begin(None)
+            rec.end([[1, 2, 3], [1], [1], [1]], list("abcd"), requests, 0.0)
+        lines = [r.getMessage() for r in caplog.records if "specdec step:" in r.getMessage()]
+        assert len(lines) == (level == logging.DEBUG)
+    step = summarize.LINE.search(lines[0])
+    assert [int(step.group(i)) for i in range(4, 9)] == [6, 0, 4, 1, 6]  # n m rows verify emitted
+    assert float(step.group(9)) == pytest.approx(1e3 * before, abs=0.01)
+    assert before != pytest.approx(cost.step_time(6, rows=4))  # the step was observed after
+
 # -- the step timer's token split ----------------------------------------------------
 
 def test_split_tokens_counts_decode_verify_and_prefill():

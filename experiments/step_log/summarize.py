@@ -1,0 +1,60 @@
+"""Summarise the plugin's per-step DEBUG lines (``step_record``'s ``specdec step:``)
+from ``vllm serve`` logs: how far the step cost fit's prediction, made before each step
+was observed, is from the measured target step, by step kind and by phase of the run.
+
+    VLLM_LOGGING_CONFIG_PATH=experiments/step_log/logging.json vllm serve ...   # or the
+    serving benchmark with that variable set: every plugin server logs its steps
+    python experiments/step_log/summarize.py results/RUN/serve-plugin-*-rep0.log [...]
+
+Per log: steps without prefill split into plain and verifying, each by thirds of the
+log's steps (the first third shows the fit's transient after start-up and warm-up):
+count, median measured ms (target step less the exact sampler), median measured /
+predicted, and the median host gap before the step (ms).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+
+LINE = re.compile(r"specdec step: s (\S+) exact (\S+) gap (\S+) \| n (\d+) m (\d+) rows (\d+) "
+                  r"verify (\d) emitted (\d+) \| pred (\S+) plain (\S+) sigma (\S+)")
+
+
+def steps(path: str) -> list[dict]:
+    out = []
+    for line in open(path, errors="replace"):
+        hit = LINE.search(line)
+        if not hit:
+            continue
+        s, exact, gap, n, m, rows, verify, emitted, pred, plain, sigma = hit.groups()
+        num = lambda x: None if x == "-" else float(x)  # noqa: E731
+        out.append({"s": float(s), "exact": float(exact), "gap": float(gap), "n": int(n),
+                    "m": int(m), "rows": int(rows), "verify": verify == "1",
+                    "emitted": int(emitted), "pred": num(pred), "plain": num(plain)})
+    return out
+
+
+def summary(rows: list[dict]) -> str:
+    fwd = [r["s"] - r["exact"] for r in rows]
+    ratio = [(r["s"] - r["exact"]) / r["pred"] for r in rows if r["pred"]]
+    med = lambda v: f"{statistics.median(v):.2f}" if v else "-"  # noqa: E731
+    return (f"{len(rows):4d} steps, rows {med([r['rows'] for r in rows])}, n {med([r['n'] for r in rows])},"
+            f" measured {med(fwd)} ms, measured/pred {med(ratio)}, gap {med([r['gap'] for r in rows])} ms")
+
+
+def main(paths: list[str]) -> None:
+    for path in paths:
+        all_steps = steps(path)
+        print(f"{path}: {len(all_steps)} steps")
+        third = max(len(all_steps) // 3, 1)
+        for i in range(3):
+            part = all_steps[i * third:(i + 1) * third if i < 2 else None]
+            for kind, verify in (("plain", False), ("verify", True)):
+                rows = [r for r in part if not r["m"] and r["verify"] == verify]
+                print(f"  third {i + 1} {kind:6s}: {summary(rows)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
