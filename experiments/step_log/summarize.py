@@ -8,8 +8,12 @@ was observed, is from the measured target step, by step kind and by phase of the
 
 Per log: steps without prefill split into plain and verifying, each by thirds of the
 log's steps (the first third shows the fit's transient after start-up and warm-up):
-count, median measured ms (target step less the exact sampler), median measured /
-predicted, and the median host gap before the step (ms).
+count, median rows and tokens, median measured ms (target step less the exact sampler),
+median measured / predicted, the step in plain steps at its batch as the rows' ledger
+books it (F = (predicted + σ) / predicted plain step, ``row_credit``) and as measured
+(seconds with the exact sampler / predicted plain step), and the median host gap before
+the step (ms); then the steps that carried a prompt: count, mean ms and their share of
+the log's step seconds.
 """
 
 from __future__ import annotations
@@ -32,16 +36,21 @@ def steps(path: str) -> list[dict]:
         num = lambda x: None if x == "-" else float(x)  # noqa: E731
         out.append({"s": float(s), "exact": float(exact), "gap": float(gap), "n": int(n),
                     "m": int(m), "rows": int(rows), "verify": verify == "1",
-                    "emitted": int(emitted), "pred": num(pred), "plain": num(plain)})
+                    "emitted": int(emitted), "pred": num(pred), "plain": num(plain),
+                    "sigma": num(sigma) or 0.0})
     return out
 
 
 def summary(rows: list[dict]) -> str:
     fwd = [r["s"] - r["exact"] for r in rows]
-    ratio = [(r["s"] - r["exact"]) / r["pred"] for r in rows if r["pred"]]
+    priced = [r for r in rows if r["pred"] and r["plain"]]
+    ratio = [(r["s"] - r["exact"]) / r["pred"] for r in priced]
+    booked = [(r["pred"] + r["sigma"]) / r["plain"] for r in priced]
+    measured = [r["s"] / r["plain"] for r in priced]
     med = lambda v: f"{statistics.median(v):.2f}" if v else "-"  # noqa: E731
     return (f"{len(rows):4d} steps, rows {med([r['rows'] for r in rows])}, n {med([r['n'] for r in rows])},"
-            f" measured {med(fwd)} ms, measured/pred {med(ratio)}, gap {med([r['gap'] for r in rows])} ms")
+            f" measured {med(fwd)} ms, measured/pred {med(ratio)}, F booked {med(booked)}"
+            f" measured {med(measured)}, gap {med([r['gap'] for r in rows])} ms")
 
 
 def main(paths: list[str]) -> None:
@@ -54,6 +63,11 @@ def main(paths: list[str]) -> None:
             for kind, verify in (("plain", False), ("verify", True)):
                 rows = [r for r in part if not r["m"] and r["verify"] == verify]
                 print(f"  third {i + 1} {kind:6s}: {summary(rows)}")
+        prompt = [r for r in all_steps if r["m"]]
+        total = sum(r["s"] for r in all_steps) or 1.0
+        if prompt:
+            print(f"  with a prompt: {len(prompt)} steps, mean {statistics.mean(r['s'] for r in prompt):.0f} ms,"
+                  f" {sum(r['s'] for r in prompt) / total:.0%} of the step seconds")
 
 
 if __name__ == "__main__":
