@@ -76,6 +76,10 @@ SHADOW_ROWS = 4  # not measured: new shadow proposals per step (CPU: one n-gram 
 # - smol, ShareGPT, 0.1 against 0.2 (results/2026-11-27-99e62eb-serving-smol-sharegpt-rowslack10/):
 #   c = 8, 16, 32 and 8 req/s: 0.1's throughput 0.88-0.98x of 0.2's in all 8 paired
 #   repetitions, TPOT p50 1.00-1.22x; TPOT p99 lower only at c = 8 (1.14x vs 1.25x).
+# - smol, ShareGPT, c = 8, AVX2-only CPU, float32, 3 reps, each request against itself
+#   (results/2026-11-29-c4135ed-serving-smol-sharegpt-c8-f32-rowslack/): 0.2 against
+#   0.05 1.07x vs 1.02x, TPOT p50 1.02x vs 1.05x; requests > 1.2x their own TPOT without
+#   speculation 17 % vs 6 %, the median request 1.02x vs 1.03x.
 # Other values not measured.
 ROW_SLACK = 0.2
 # The most slack a request may save up or owe (row_credit.py), in plain steps: a step
