@@ -3,6 +3,9 @@ the report, its plots, the merge of runs and the throughput ceiling."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from typing import Iterable
+
 LOAD_KINDS = (("max_concurrency", "concurrency"), ("request_rate", "request rate (req/s)"))
 
 
@@ -10,6 +13,14 @@ def load_of(cell: dict) -> tuple[str, float]:
     """(load kind, value) of one cell: ("max_concurrency", 16) or ("request_rate", 2.0)."""
     kind = next(k for k, _ in LOAD_KINDS if k in cell)
     return kind, cell[kind]
+
+
+def by_load(cells: Iterable[dict]) -> dict:
+    """(workload, load kind, value) -> config -> repetition -> cell."""
+    groups: dict = defaultdict(lambda: defaultdict(dict))
+    for c in cells:
+        groups[(c["workload"], *load_of(c))][c["config"]][c["repetition"]] = c
+    return groups
 
 
 def load_label(kind: str, value: float) -> str:

@@ -17,12 +17,10 @@ which requests share a step.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 
 from benchmarks.configs import A_A, BASELINE
-from benchmarks.serving_cells import load_label, load_of
+from benchmarks.serving_cells import by_load, load_label
 from benchmarks.serving_tail import request_ms
 
 SLOWER = (1.02, 1.10, 1.20)  # the shares reported: TPOT over no speculation's by more than these
@@ -43,9 +41,7 @@ def paired_lines(res: dict) -> list[str]:
     per-request TPOT and TTFT ratio to no speculation, the shares of requests whose TPOT
     is more than each of SLOWER times no speculation's, and the worst one. [] when no
     cells pair."""
-    groups: dict = defaultdict(lambda: defaultdict(dict))
-    for c in res["cells"]:
-        groups[(c["workload"], *load_of(c))][c["config"]][c["repetition"]] = c
+    groups = by_load(res["cells"])
     rows = []
     for (workload, kind, load), by_config in sorted(groups.items()):
         base = by_config.get(BASELINE, {})

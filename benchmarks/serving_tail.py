@@ -9,12 +9,10 @@ repetitions and resampling requests says how far a tail ratio can be read.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 
 from benchmarks.configs import A_A, BASELINE
-from benchmarks.serving_cells import load_label, load_of
+from benchmarks.serving_cells import by_load, load_label
 
 Q = 99.0  # the percentile, as `vllm bench serve --metric-percentiles 50,99`
 BOOT = 2000  # resamples per ratio
@@ -56,10 +54,7 @@ def tail_lines(res: dict, seed: int = 0) -> list[str]:
     """Markdown: per load and configuration, the pooled p99 ratios of TTFT, TPOT and e2e
     latency to no speculation with their LEVEL interval and the requests pooled; the
     A/A control's row gives the noise. [] when cells carry no per-request lists."""
-    groups: dict = defaultdict(lambda: defaultdict(dict))
-    for c in res["cells"]:
-        if c.get("latencies"):
-            groups[(c["workload"], *load_of(c))][c["config"]][c["repetition"]] = c
+    groups = by_load(c for c in res["cells"] if c.get("latencies"))
     rng = np.random.default_rng(seed)
     rows = []
     for (workload, kind, load), by_config in sorted(groups.items()):

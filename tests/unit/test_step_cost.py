@@ -282,7 +282,6 @@ def test_rows_in_lockstep_with_tokens_keep_the_token_fit():
         StepCost().observe_target_step(0.01, 4, 0, 5)  # more rows than tokens
 
 
-
 def test_step_log_line_carries_the_prediction_made_before_the_step(caplog):
     """With ``vllm.specdec_plugin.steps`` at DEBUG, each recorded step logs its timers and
     the fit's prediction from before it saw the step, in the form
@@ -315,6 +314,7 @@ def test_step_log_line_carries_the_prediction_made_before_the_step(caplog):
     assert [int(step.group(i)) for i in range(4, 9)] == [6, 0, 4, 1, 6]  # n m rows verify emitted
     assert float(step.group(9)) == pytest.approx(1e3 * before, abs=0.01)
     assert before != pytest.approx(cost.step_time(6, rows=4))  # the step was observed after
+
 
 # -- the step timer's token split ----------------------------------------------------
 
