@@ -2,12 +2,12 @@
 row by more than ``ROW_SLACK`` and the slack it saved (pure Python)?
 
 σ falls on all B rows of a verifying step, however few draft, so the step as a whole
-must pay (``speedup.batch_pays``). ``held`` bounds the step before any row is
-planned (``speedup.step_may_pay``); ``pays`` checks the planned rows; ``fair`` cuts
-the planned drafts so that no row's time per token grows by more than ``ROW_SLACK``
-over its life (``speedup.fair_ks`` with ``row_credit``): every request counts, not
-the batch's mean. Probe steps are exempt from all three (the caller passes
-``probing``).
+must pay (``speedup.batch_pays``, by ``step_min_gain``). ``held`` bounds the step
+before any row is planned (``speedup.step_may_pay``); ``check`` runs ``fair``, which
+cuts the planned drafts so that no row's time per token grows by more than
+``ROW_SLACK`` over its life (``speedup.fair_ks`` with ``row_credit``: every request
+counts, not the batch's mean), then ``pays`` on what is left. Probe steps are exempt
+from all of it (the caller passes ``probing``).
 
 estimates: per draft source (α of a request id, cost per draft token in plain
 steps, σ in plain steps) as ``planning.Estimates``; choices: per source, req_id ->
@@ -20,13 +20,14 @@ from typing import Any
 
 from vllm_specdec_plugin.match_pricing import lookup_alpha
 from vllm_specdec_plugin.speedup import batch_pays, best_net_gain, fair_ks, step_may_pay
-from vllm_specdec_plugin.tuning import ROW_SLACK
+from vllm_specdec_plugin.tuning import ROW_SLACK, STEP_MIN_GAIN
 
 
 def held(req_ids: list[str], batch: int, choices: dict, estimates: dict, k_ceiling: int,
-         probing: bool) -> dict[str, str] | None:
+         probing: bool, min_gain: float = STEP_MIN_GAIN) -> dict[str, str] | None:
     """req_id -> reason for every row when no plans could pass ``pays`` (each row at
-    the best k its controllers allow, the least σ), else None. The reason is "batch"
+    the best k its controllers allow, the least σ; min_gain: ``step_min_gain``), else
+    None. The reason is "batch"
     for a row whose own drafts could pay (the step as a whole cannot), else its
     controllers' reason.
 
@@ -46,23 +47,25 @@ def held(req_ids: list[str], batch: int, choices: dict, estimates: dict, k_ceili
             elif k:
                 a = alpha(rid)
             if k:
-                bound[rid] = max(bound[rid], best_net_gain(a, k, cost))
+                bound[rid] = max(bound[rid], best_net_gain(a, k, cost, min_gain))
                 fixed = sigma if fixed is None else min(fixed, sigma)
             elif not reason[rid]:
                 reason[rid] = why
-    if fixed is not None and step_may_pay(list(bound.values()), batch, fixed):
+    if fixed is not None and step_may_pay(list(bound.values()), batch, fixed, min_gain):
         return None
     # a row some controller would draft for is held by the batch: "batch"
     return {rid: "batch" if bound[rid] else reason[rid] or "adaptive" for rid in bound}
 
 
-def pays(plans: list[Any], batch: int, estimates: dict, probing: bool) -> bool:
+def pays(plans: list[Any], batch: int, estimates: dict, probing: bool,
+         min_gain: float = STEP_MIN_GAIN) -> bool:
     """Whether the planned rows (``planning.Plan``: n-gram if ``drafts``, else the
-    model) pay σ, which all ``batch`` rows pay. Probe steps always pay."""
+    model) make the step emit ``min_gain`` more per second than a plain step, all
+    ``batch`` rows counted (they all pay its time). Probe steps always pay."""
     if not plans or probing:
         return True
     rows, fixed = _priced(plans, estimates)
-    return batch_pays(rows, batch, fixed)
+    return batch_pays(rows, batch, fixed, min_gain)
 
 
 def fair(plans: list[Any], batch: int, estimates: dict, probing: bool,
@@ -88,6 +91,18 @@ def fair(plans: list[Any], batch: int, estimates: dict, probing: bool,
         p.k = k
         kept.append(p)
     return kept, len(plans) - len(kept)
+
+
+def check(plans: list[Any], batch: int, estimates: dict, probing: bool, slack: float,
+          min_gain: float, states: list[Any]) -> tuple[list[Any], int, int]:
+    """The step's plans after ``fair`` (no row slowed past its bound) and then ``pays``
+    (what is left still makes the step ``min_gain`` faster per token: a cut keeps
+    every row's time, not the gain): (plans kept, plans cut by ``fair``, plans dropped
+    because the rest did not pay)."""
+    plans, cut = fair(plans, batch, estimates, probing, slack, states)
+    if pays(plans, batch, estimates, probing, min_gain):
+        return plans, cut, 0
+    return [], cut, len(plans)
 
 
 def _priced(plans: list[Any], estimates: dict) -> tuple[list[tuple[float, int, float]], float]:

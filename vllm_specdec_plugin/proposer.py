@@ -246,7 +246,7 @@ class DraftModelProposer:
             held = dict.fromkeys((req_ids[r] for r in rows), "prompt_next")
         elif self.config.adaptive:
             held = batch_check.held([req_ids[r] for r in rows], batch, choices, estimates,
-                                    self.k, probing)
+                                    self.k, probing, self.config.step_min_gain)
         else:
             held = None
         if held is not None:  # a prompt comes next, or no plan could pay: no rounds, no plans
@@ -260,16 +260,13 @@ class DraftModelProposer:
                                                    choices, estimates, self._end(row, req_ids[row]),
                                                    load_probe)
                                  for row in rows) if p]
-            if self.config.adaptive:  # the batch must pay, and no row lose > row_slack
-                if not batch_check.pays(plans, batch, estimates, probing):
-                    for _ in plans:
-                        self._no_draft("batch")
-                    plans = []
-                plans, cut = batch_check.fair(
+            if self.config.adaptive:  # no row loses > row_slack, and what is left pays
+                plans, cut, unpaid = batch_check.check(
                     plans, batch, estimates, probing, self.config.row_slack,
-                    [self.requests[req_ids[r]] for r in rows])
-                for _ in range(cut):
-                    self._no_draft("slows_others")
+                    self.config.step_min_gain, [self.requests[req_ids[r]] for r in rows])
+                for reason, n in (("slows_others", cut), ("batch", unpaid)):
+                    for _ in range(n):
+                        self._no_draft(reason)
         model_plans: list[Plan] = []
         ngram_plans: list[Plan] = []
         for plan in plans:

@@ -82,6 +82,10 @@ SHADOW_ROWS = 4  # not measured: new shadow proposals per step (CPU: one n-gram 
 #   speculation 17 % vs 6 %, the median request 1.02x vs 1.03x.
 # Other values not measured.
 ROW_SLACK = 0.2
+# The default of ``step_min_gain``: a verifying step must be predicted to emit this much
+# more per second than a plain step over all its rows (``speedup.batch_pays``). Not
+# measured against other values: the per-request hysteresis MIN_GAIN.
+STEP_MIN_GAIN = MIN_GAIN
 # The most slack a request may save up or owe (row_credit.py), in plain steps: a step
 # may slow a row by at most 1 + row_slack + this, and the bound holds over the
 # ~CREDIT_MAX / row_slack = 5 steps a row needs to save it (well within a 128-token

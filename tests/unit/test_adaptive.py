@@ -428,6 +428,38 @@ def test_fair_cuts_plans_to_a_prefix_and_counts_the_rows_left_without_drafts():
     assert batch_check.fair([], 4, est, probing=False) == ([], 0)
 
 
+def test_plans_cut_for_the_row_bound_must_still_pay_the_step_min_gain():
+    """batch_check.check: fair's cut first, then pays on what is left at the step's
+    min_gain (S_batch > 1 + min_gain, all rows counted); a plan set that paid whole
+    but not once cut is dropped and counted apart from the cut."""
+    from types import SimpleNamespace
+
+    from vllm_specdec_plugin import batch_check
+
+    def plans():
+        return [SimpleNamespace(req_id="ng", k=3, drafts=[7, 8, 9], alpha=0.95,
+                                req=SimpleNamespace(credit=0.0)),
+                SimpleNamespace(req_id="dm", k=4, drafts=[], alpha=None,
+                                req=SimpleNamespace(credit=0.0)),
+                SimpleNamespace(req_id="lo", k=2, drafts=[5, 6], alpha=0.2,
+                                req=SimpleNamespace(credit=0.0))]
+
+    est = {"ngram": (lambda rid, m=None: 0.5, 0.2, 0.0), "draft": (lambda rid: 0.7, 0.2, 0.0)}
+    # cut as in the test above to ng 3 + dm 1: S = (1 + (2.71 + 0.7) / 16) / (1 + 0.8 / 16)
+    s_cut = (1 + (expected_tokens(0.95, 3) - 1 + 0.7) / 16) / (1 + 4 * 0.2 / 16)
+    assert 1.15 < s_cut < 1.16
+    kept, cut, unpaid = batch_check.check(plans(), 16, est, False, 0.05, 0.15, [])
+    assert [(p.req_id, p.k) for p in kept] == [("ng", 3), ("dm", 1)] and (cut, unpaid) == (1, 0)
+    kept, cut, unpaid = batch_check.check(plans(), 16, est, False, 0.05, 0.16, [])
+    assert kept == [] and (cut, unpaid) == (1, 2)
+    # uncut, the whole set pays 1.16: the cut, not the threshold alone, dropped it
+    whole = plans()
+    assert batch_check.pays(whole, 16, est, False, 0.16)
+    # a probe step keeps everything whatever the threshold
+    kept, cut, unpaid = batch_check.check(plans(), 16, est, True, 0.05, 10.0, [])
+    assert [p.k for p in kept] == [3, 4, 2] and (cut, unpaid) == (0, 0)
+
+
 def test_step_bound_holds_every_plan_the_batch_check_could_see():
     """best_net_gain is the max of net_gain over k (brute force), and a step whose
     bound misses never has a set of plans (any row subset, any k up to each row's

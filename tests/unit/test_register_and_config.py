@@ -97,6 +97,8 @@ def test_preset_paths_may_be_relative_to_the_preset(tmp_path):
     ({"method": "ngram", "row_slack": -0.1}, r"row_slack must be a number >= 0.*Fix"),
     ({"method": "ngram", "row_slack": "x"}, r"row_slack must be a number >= 0.*Fix"),
     ({"method": "ngram", "row_slack": float("inf")}, r"row_slack must be a number >= 0.*Fix"),
+    ({"method": "ngram", "step_min_gain": -0.1}, r"step_min_gain must be a number >= 0.*Fix"),
+    ({"method": "ngram", "step_min_gain": True}, r"step_min_gain must be a number >= 0.*Fix"),
     ({"method": "ngram", "ttft_slack": -1}, r"ttft_slack must be a number >= 0.*Fix"),
     ({"method": "ngram", "ttft_slack": True}, r"ttft_slack must be a number >= 0.*Fix"),
     ({"method": "ngram", "prefill_split": 1}, r"prefill_split must be true or false.*Fix"),
