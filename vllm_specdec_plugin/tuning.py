@@ -83,8 +83,12 @@ SHADOW_ROWS = 4  # not measured: new shadow proposals per step (CPU: one n-gram 
 # Other values not measured.
 ROW_SLACK = 0.2
 # The default of ``step_min_gain``: a verifying step must be predicted to emit this much
-# more per second than a plain step over all its rows (``speedup.batch_pays``). Not
-# measured against other values: the per-request hysteresis MIN_GAIN.
+# more per second than a plain step over all its rows (``speedup.batch_pays``), after the
+# row_slack cut. Set 2026-11-29 against 0.10 (smol, ShareGPT, c = 8 and 16, AVX2-only
+# CPU, float32, 3 reps; results/2026-11-29-4ad05ca-serving-smol-sharegpt-c8-c16-f32-stepgain/):
+# 0.10's throughput 0.955-0.988x of 0.02's in 5 of 6 paired reps, TPOT p50 1.05x / 1.08x
+# against 1.02x / 1.06x: a row that drafts nothing spends its row_slack either way (the
+# ledger carries it to the fewer verifying steps), so the threshold only takes gain away.
 STEP_MIN_GAIN = MIN_GAIN
 # The most slack a request may save up or owe (row_credit.py), in plain steps: a step
 # may slow a row by at most 1 + row_slack + this, and the bound holds over the
