@@ -233,20 +233,16 @@ class SpecDecConfig:
         if not 0.0 <= self.adaptive_prior_alpha < 1.0:
             raise SpecDecConfigError(
                 f"adaptive_prior_alpha must be in [0, 1), got {self.adaptive_prior_alpha}. Fix: e.g. 0.6.")
-        if not (isinstance(self.row_slack, (int, float)) and not isinstance(self.row_slack, bool)
-                and 0.0 <= self.row_slack < float("inf")):
+        if not _finite_nonneg(self.row_slack):
             raise SpecDecConfigError(
                 f"row_slack must be a number >= 0, got {self.row_slack!r}. Fix: e.g. 0.2 "
                 "(the default: no request more than 20 % slower per token), or 1000 to rely on "
                 "the batch's mean.")
-        if not (isinstance(self.step_min_gain, (int, float))
-                and not isinstance(self.step_min_gain, bool)
-                and 0.0 <= self.step_min_gain < float("inf")):
+        if not _finite_nonneg(self.step_min_gain):
             raise SpecDecConfigError(
                 f"step_min_gain must be a number >= 0, got {self.step_min_gain!r}. Fix: e.g. "
                 "0.1 (verify only steps predicted 10 % faster per token than a plain step).")
-        if not (isinstance(self.ttft_slack, (int, float)) and not isinstance(self.ttft_slack, bool)
-                and 0.0 <= self.ttft_slack < float("inf")):
+        if not _finite_nonneg(self.ttft_slack):
             raise SpecDecConfigError(
                 f"ttft_slack must be a number >= 0, got {self.ttft_slack!r}. Fix: e.g. 0.05 "
                 "(a step carrying a prefill at most 5 % longer), or 0 for no drafts beside prefills.")
@@ -289,6 +285,12 @@ class SpecDecConfig:
         except TypeError as e:  # wrong value types for dataclass fields
             raise SpecDecConfigError(
                 f"invalid plugin option value: {e}. Fix: see the option table in the README.") from None
+
+
+def _finite_nonneg(value: Any) -> bool:
+    """A JSON number (not a boolean) in [0, inf)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and 0.0 <= value < float("inf")
 
 
 def selects_plugin(method: Any, model: Any) -> bool:
