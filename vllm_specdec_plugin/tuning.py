@@ -89,7 +89,7 @@ ROW_SLACK = 0.2
 # 0.10's throughput 0.955-0.988x of 0.02's in 5 of 6 paired reps, TPOT p50 1.05x / 1.08x
 # against 1.02x / 1.06x: a row that drafts nothing spends its row_slack either way (the
 # ledger carries it to the fewer verifying steps), so the threshold only takes gain away.
-STEP_MIN_GAIN = MIN_GAIN
+STEP_MIN_GAIN = 0.02
 # The most slack a request may save up or owe (row_credit.py), in plain steps: a step
 # may slow a row by at most 1 + row_slack + this, and the bound holds over the
 # ~CREDIT_MAX / row_slack = 5 steps a row needs to save it (well within a 128-token
