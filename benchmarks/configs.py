@@ -137,6 +137,12 @@ TABLE: list[Entry] = [
     # planning and verifies nothing: what the machinery costs where speculation can't pay.
     Entry("plugin-floor", "plugin-nodraft", (8,),
           specdec={"method": "ngram", "adaptive": True, "ngram_min_prob": 1.0}),
+    # The floor with vLLM's own prompt admission (prefill_split off): against the floor,
+    # what admitting prompts one step at a time costs; against no speculation, what the
+    # plugin's machinery alone costs a step.
+    Entry("plugin-floor-nosplit", "plugin-nodraft", (8,),
+          specdec={"method": "ngram", "adaptive": True, "ngram_min_prob": 1.0,
+                   "prefill_split": False}),
     # One corpus and one set of acceptance statistics for every request (single
     # tenant): against the default per-salt scope it prices tenant isolation.
     Entry("plugin-hybrid-adaptive-global", "plugin", (8,),

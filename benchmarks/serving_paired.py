@@ -13,6 +13,11 @@ output lengths match request by request.
 The A/A control (`nospec-again`) runs the same schedule as no speculation, so its row is a
 floor on the noise, not all of it: a configuration that changes step times also changes
 which requests share a step.
+
+Under closed-loop load that includes the prompts: a server that answers sooner is sent the
+next prompts sooner, so each request decodes beside more prompt steps, whatever
+speculation did to its own steps. ``prompt_density`` counts them (the last column), so a
+TPOT ratio can be split into what the loop brought and what the steps did.
 """
 
 from __future__ import annotations
@@ -36,6 +41,22 @@ def paired_ratios(cell: dict, base: dict, metric: str) -> np.ndarray | None:
     return request_ms(cell, metric) / request_ms(base, metric)
 
 
+def prompt_density(cell: dict) -> tuple[int, int]:
+    """(prompts, decode tokens): how many other requests' first tokens (the end of their
+    prompt step) fell inside each request's decode (its first token to its last), summed,
+    and the decode tokens (output - 1) those requests emitted, summed. Their ratio is the
+    prompt steps a decode token shared its time with."""
+    start = np.asarray(cell.get("start_times") or [], dtype=float)
+    if len(start) != len(cell.get("latencies") or []) or not len(start):
+        return 0, 0
+    first = start + np.asarray(cell["ttfts"], dtype=float)
+    end = start + np.asarray(cell["latencies"], dtype=float)
+    out = np.asarray(cell["output_lens"], dtype=float)
+    inside = (first[None, :] > first[:, None]) & (first[None, :] < end[:, None])
+    keep = out > 1
+    return int(inside[keep].sum()), int((out[keep] - 1).sum())
+
+
 def paired_lines(res: dict) -> list[str]:
     """Markdown: per load and configuration, over all repetitions' requests, the median
     per-request TPOT and TTFT ratio to no speculation, the shares of requests whose TPOT
@@ -47,6 +68,7 @@ def paired_lines(res: dict) -> list[str]:
         base = by_config.get(BASELINE, {})
         for config in sorted(k for k in by_config if k != BASELINE):
             tpot, ttft, unpaired = [], [], 0
+            dens = np.zeros(4)  # prompts, tokens: this config's, then no speculation's
             for rep, cell in sorted(by_config[config].items()):
                 t = paired_ratios(cell, base[rep], "tpot") if rep in base else None
                 if t is None:
@@ -54,14 +76,17 @@ def paired_lines(res: dict) -> list[str]:
                     continue
                 tpot.append(t)
                 ttft.append(paired_ratios(cell, base[rep], "ttft"))
+                dens += prompt_density(cell) + prompt_density(base[rep])
             if not tpot:
                 continue
             t, f = np.concatenate(tpot), np.concatenate(ttft)
             shares = " | ".join(f"{np.mean(t > s):.0%}" for s in SLOWER)
             note = f" ({unpaired} unpaired)" if unpaired else ""
+            loop = (f"{dens[0] / dens[1] / (dens[2] / dens[3]):.2f}x"
+                    if dens[1] and dens[2] and dens[3] else "-")
             rows.append(f"| {workload} | {load_label(kind, load)} | {config} | {len(tpot)}{note} | "
                         f"{len(t)} | {np.median(t):.2f}x | {shares} | {t.max():.2f}x | "
-                        f"{np.median(f):.2f}x |")
+                        f"{np.median(f):.2f}x | {loop} |")
     if not rows:
         return []
     return ["## Each request against itself without speculation", "",
@@ -69,10 +94,14 @@ def paired_lines(res: dict) -> list[str]:
             "same prompt with the same answer (fixed seed, exact output): the ratios are per "
             "request, pooled over repetitions. Columns: the median request's TPOT ratio, the "
             "share of requests whose TPOT is more than 1.02x / 1.10x / 1.20x no speculation's, "
-            "the worst, and the median TTFT ratio. "
+            "the worst, the median TTFT ratio, and the prompts per decode token over no "
+            "speculation's (`prompt_density`: other requests' prompt steps that ended while a "
+            "request decoded; in a closed loop a faster server is sent prompts sooner, and "
+            "every decoding request shares its steps with them). "
             f"The A/A control (`{A_A}`) runs no speculation's very schedule, so its row is a "
             "floor on the noise: a configuration that changes step times also changes which "
             "requests share a step.", "",
             "| workload | load | config | reps | requests | TPOT ratio p50 | "
-            + " | ".join(f"TPOT > {s:.2f}x" for s in SLOWER) + " | worst | TTFT ratio p50 |",
-            "|---|---|---|---:|---:|---:|" + "---:|" * len(SLOWER) + "---:|---:|"] + rows + [""]
+            + " | ".join(f"TPOT > {s:.2f}x" for s in SLOWER) + " | worst | TTFT ratio p50 |"
+            " prompts / decode token |",
+            "|---|---|---|---:|---:|---:|" + "---:|" * len(SLOWER) + "---:|---:|---:|"] + rows + [""]

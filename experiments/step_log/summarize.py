@@ -13,7 +13,10 @@ median measured / predicted, the step in plain steps at its batch as the rows' l
 books it (F = (predicted + σ) / predicted plain step, ``row_credit``) and as measured
 (seconds with the exact sampler / predicted plain step), and the median host gap before
 the step (ms); then the steps that carried a prompt: count, mean ms and their share of
-the log's step seconds.
+the log's step seconds; then decode steps without a prompt by batch (``by_batch``): what
+the verifying steps emitted per row and cost against the plain steps of the same batches,
+and what they saved: the seconds plain steps of the same batches would have taken for the
+same tokens, less what they took (``saved``), over the log's step and gap seconds.
 """
 
 from __future__ import annotations
@@ -53,6 +56,51 @@ def summary(rows: list[dict]) -> str:
             f" measured {med(measured)}, gap {med([r['gap'] for r in rows])} ms")
 
 
+IDLE_MS = 1000.0  # a host gap this long is the server idle between cells, not step overhead
+BANDS = ((1, 4), (5, 8), (9, 12), (13, 16), (17, 32), (33, 1 << 20))  # rows per step
+
+
+def by_batch(all_steps: list[dict]) -> list[str]:
+    """Per band of rows: verifying and plain steps (no prompt), tokens emitted per row in
+    the verifying ones, their measured time over the predicted plain step (F measured)
+    and over the measured plain steps' own ratio (F against plain: the fit's error at
+    that batch cancels), the realised S = tokens per row / F against plain (pooled over
+    the band's steps: > 1, verifying paid), and the share of verifying steps with S < 1."""
+    out = []
+    for lo, hi in BANDS:
+        band = [r for r in all_steps if not r["m"] and r["pred"] and r["plain"] and lo <= r["rows"] <= hi]
+        ver = [r for r in band if r["verify"]]
+        plain = [r for r in band if not r["verify"]]
+        if not ver or not plain:
+            continue
+        drift = sum(r["s"] for r in plain) / sum(r["plain"] for r in plain)  # measured / predicted
+        tokens = sum(r["emitted"] for r in ver) / sum(r["rows"] for r in ver)
+        f_meas = sum(r["s"] for r in ver) / sum(r["plain"] for r in ver)
+        lose = sum(r["emitted"] / r["rows"] < r["s"] / r["plain"] / drift for r in ver) / len(ver)
+        out.append(f"  rows {lo}-{hi}: {len(ver)} verifying / {len(plain)} plain, tokens/row "
+                   f"{tokens:.2f}, F measured {f_meas:.2f}, against plain {f_meas / drift:.2f}, "
+                   f"realised S {tokens * drift / f_meas:.2f}, {lose:.0%} with S < 1")
+    return out
+
+
+def saved(all_steps: list[dict]) -> tuple[float, float]:
+    """(seconds the verifying steps saved, seconds of every step and the host gap before it, idle gaps left out):
+    per verifying step without a prompt, tokens emitted / rows x the measured plain step
+    at that batch (the fit's prediction x the band's measured / predicted plain steps),
+    less the step's measured time. (total + saved) / total is the speedup the verifying
+    steps alone imply over this server's own plain steps."""
+    out = 0.0
+    for lo, hi in BANDS:
+        band = [r for r in all_steps if not r["m"] and r["pred"] and r["plain"] and lo <= r["rows"] <= hi]
+        plain = [r for r in band if not r["verify"]]
+        if not plain:
+            continue
+        drift = sum(r["s"] for r in plain) / sum(r["plain"] for r in plain)
+        out += sum(r["emitted"] / r["rows"] * r["plain"] * drift - r["s"] for r in band if r["verify"])
+    busy = sum(r["s"] + (r["gap"] if r["gap"] < IDLE_MS else 0.0) for r in all_steps)
+    return out / 1e3, busy / 1e3
+
+
 def main(paths: list[str]) -> None:
     for path in paths:
         all_steps = steps(path)
@@ -68,6 +116,11 @@ def main(paths: list[str]) -> None:
         if prompt:
             print(f"  with a prompt: {len(prompt)} steps, mean {statistics.mean(r['s'] for r in prompt):.0f} ms,"
                   f" {sum(r['s'] for r in prompt) / total:.0%} of the step seconds")
+        print("\n".join(by_batch(all_steps)))
+        gain, total = saved(all_steps)
+        if total:
+            print(f"  verifying steps saved {gain:.1f} s of {total:.1f} s: {(total + gain) / total:.3f}x"
+                  " over this server's own plain steps")
 
 
 if __name__ == "__main__":

@@ -499,8 +499,9 @@ def test_serving_report_compares_each_request_with_itself():
     ratios = serving_paired.paired_ratios(cells[2], cells[0], "tpot")
     assert ratios == pytest.approx([1.3, 0.7])
     lines = serving_paired.paired_lines(res)
-    assert "| sharegpt | c = 8 | plugin-x | 2 | 4 | 1.00x | 50% | 50% | 50% | 1.30x | 1.00x |" in lines
-    assert "| sharegpt | c = 8 | nospec-again | 2 | 4 | 1.00x | 0% | 0% | 0% | 1.00x | 1.00x |" in lines
+    # no start times: the prompts-per-decode-token column reads "-"
+    assert "| sharegpt | c = 8 | plugin-x | 2 | 4 | 1.00x | 50% | 50% | 50% | 1.30x | 1.00x | - |" in lines
+    assert "| sharegpt | c = 8 | nospec-again | 2 | 4 | 1.00x | 0% | 0% | 0% | 1.00x | 1.00x | - |" in lines
     assert "## Each request against itself without speculation" in serving_report.markdown(res)
     other = dict(cells[5], output_lens=[11, 12])  # rep 1 answered differently: no pairs
     assert serving_paired.paired_ratios(other, cells[3], "tpot") is None
@@ -509,6 +510,34 @@ def test_serving_report_compares_each_request_with_itself():
     assert serving_paired.paired_lines({"cells": [dict(c, output_lens=[3, c["repetition"]])
                                                   for c in cells if c["config"] != "nospec"]
                                         + [c for c in cells if c["config"] == "nospec"]}) == []
+
+
+@pytest.mark.unit
+def test_prompt_density_counts_the_prompts_each_request_decoded_beside():
+    """A request's decode runs from its first token to its last; another request's first
+    token inside it is a prompt step it shared time with. Under closed-loop load a faster
+    server is sent prompts sooner: the paired table shows that as prompts per decode token
+    over no speculation's."""
+    from benchmarks import serving_paired
+
+    # decodes: r0 0.1-1.0, r1 0.5-2.2, r2 0.05-0.5; first tokens 0.1, 0.5, 0.05
+    cell = {"start_times": [0.0, 0.2, 0.0], "ttfts": [0.1, 0.3, 0.05],
+            "latencies": [1.0, 2.0, 0.5], "output_lens": [11, 5, 3]}
+    # r1's first token is inside r0's decode, r0's inside r2's (0.5 is r2's end: not inside)
+    assert serving_paired.prompt_density(cell) == (2, 16)
+    assert serving_paired.prompt_density({"latencies": [1.0]}) == (0, 0)
+
+    def paired(config, rep, starts):
+        return {"config": config, "workload": "sharegpt", "max_concurrency": 8,
+                "repetition": rep, "start_times": starts, "ttfts": [0.1, 0.1, 0.1],
+                "latencies": [1.0, 1.0, 1.0], "input_lens": [5, 7, 9], "output_lens": [11, 11, 11]}
+
+    # no speculation: one prompt inside another's decode; the plugin (its requests sent
+    # sooner): three
+    cells = [paired("nospec", 0, [0.0, 0.5, 2.0]), paired("plugin-x", 0, [0.0, 0.5, 0.8])]
+    lines = serving_paired.paired_lines({"cells": cells})
+    assert any(line.startswith("| sharegpt | c = 8 | plugin-x |") and line.endswith("| 3.00x |")
+               for line in lines), lines
 
 
 @pytest.mark.unit
