@@ -15,9 +15,9 @@ floor on the noise, not all of it: a configuration that changes step times also 
 which requests share a step.
 
 Under closed-loop load that includes the prompts: a server that answers sooner is sent the
-next prompts sooner, so each request decodes beside more prompt steps, whatever
-speculation did to its own steps. ``prompt_density`` counts them (the last column), so a
-TPOT ratio can be split into what the loop brought and what the steps did.
+next prompts sooner, and a request may decode beside more prompt steps, whatever
+speculation did to its own steps. ``prompt_density`` counts them (the last column), which
+tells a TPOT ratio that the loop brought from one the steps made.
 """
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ def paired_lines(res: dict) -> list[str]:
             "share of requests whose TPOT is more than 1.02x / 1.10x / 1.20x no speculation's, "
             "the worst, the median TTFT ratio, and the prompts per decode token over no "
             "speculation's (`prompt_density`: other requests' prompt steps that ended while a "
-            "request decoded; in a closed loop a faster server is sent prompts sooner, and "
-            "every decoding request shares its steps with them). "
+            "request decoded, pooled: in a closed loop a faster server is sent prompts sooner, "
+            "and decoding requests share steps with them). "
             f"The A/A control (`{A_A}`) runs no speculation's very schedule, so its row is a "
             "floor on the noise: a configuration that changes step times also changes which "
             "requests share a step.", "",

@@ -15,8 +15,9 @@ books it (F = (predicted + σ) / predicted plain step, ``row_credit``) and as me
 the step (ms); then the steps that carried a prompt: count, mean ms and their share of
 the log's step seconds; then decode steps without a prompt by batch (``by_batch``): what
 the verifying steps emitted per row and cost against the plain steps of the same batches,
-and what they saved: the seconds plain steps of the same batches would have taken for the
-same tokens, less what they took (``saved``), over the log's step and gap seconds.
+and, per busy stretch between idle gaps (a benchmark cell), what they saved: the seconds
+plain steps of the same batches would have taken for the same tokens, less what they
+took (``saved``), over the stretch's step and gap seconds.
 """
 
 from __future__ import annotations
@@ -101,6 +102,18 @@ def saved(all_steps: list[dict]) -> tuple[float, float]:
     return out / 1e3, busy / 1e3
 
 
+def stretches(all_steps: list[dict]) -> list[list[dict]]:
+    """The log's steps split at idle gaps (``IDLE_MS``): a serving benchmark's cells, in
+    order, after the server's warm-up requests (the first stretch, whose first steps
+    compile: its plain steps say nothing about the rest)."""
+    out: list[list[dict]] = [[]]
+    for r in all_steps:
+        if r["gap"] >= IDLE_MS and out[-1]:
+            out.append([])
+        out[-1].append(r)
+    return [part for part in out if part]
+
+
 def main(paths: list[str]) -> None:
     for path in paths:
         all_steps = steps(path)
@@ -117,10 +130,12 @@ def main(paths: list[str]) -> None:
             print(f"  with a prompt: {len(prompt)} steps, mean {statistics.mean(r['s'] for r in prompt):.0f} ms,"
                   f" {sum(r['s'] for r in prompt) / total:.0%} of the step seconds")
         print("\n".join(by_batch(all_steps)))
-        gain, total = saved(all_steps)
-        if total:
-            print(f"  verifying steps saved {gain:.1f} s of {total:.1f} s: {(total + gain) / total:.3f}x"
-                  " over this server's own plain steps")
+        for part in stretches(all_steps):  # one per benchmark cell
+            gain, total = saved(part)
+            if total:
+                print(f"  busy stretch of {len(part)} steps, up to {max(r['rows'] for r in part)} rows:"
+                      f" verifying steps saved {gain:.1f} s of {total:.1f} s, {(total + gain) / total:.3f}x"
+                      " over this server's own plain steps")
 
 
 if __name__ == "__main__":
