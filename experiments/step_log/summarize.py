@@ -61,6 +61,16 @@ IDLE_MS = 1000.0  # a host gap this long is the server idle between cells, not s
 BANDS = ((1, 4), (5, 8), (9, 12), (13, 16), (17, 32), (33, 1 << 20))  # rows per step
 
 
+def _bands(all_steps: list[dict]):
+    """Per band of rows with plain steps: (lo, hi, its decode steps without a prompt,
+    their plain ones, measured / predicted time of those plain steps)."""
+    for lo, hi in BANDS:
+        band = [r for r in all_steps if not r["m"] and r["pred"] and r["plain"] and lo <= r["rows"] <= hi]
+        plain = [r for r in band if not r["verify"]]
+        if plain:
+            yield lo, hi, band, plain, sum(r["s"] for r in plain) / sum(r["plain"] for r in plain)
+
+
 def by_batch(all_steps: list[dict]) -> list[str]:
     """Per band of rows: verifying and plain steps (no prompt), tokens emitted per row in
     the verifying ones, their measured time over the predicted plain step (F measured)
@@ -68,13 +78,10 @@ def by_batch(all_steps: list[dict]) -> list[str]:
     that batch cancels), the realised S = tokens per row / F against plain (pooled over
     the band's steps: > 1, verifying paid), and the share of verifying steps with S < 1."""
     out = []
-    for lo, hi in BANDS:
-        band = [r for r in all_steps if not r["m"] and r["pred"] and r["plain"] and lo <= r["rows"] <= hi]
+    for lo, hi, band, plain, drift in _bands(all_steps):
         ver = [r for r in band if r["verify"]]
-        plain = [r for r in band if not r["verify"]]
-        if not ver or not plain:
+        if not ver:
             continue
-        drift = sum(r["s"] for r in plain) / sum(r["plain"] for r in plain)  # measured / predicted
         tokens = sum(r["emitted"] for r in ver) / sum(r["rows"] for r in ver)
         f_meas = sum(r["s"] for r in ver) / sum(r["plain"] for r in ver)
         lose = sum(r["emitted"] / r["rows"] < r["s"] / r["plain"] / drift for r in ver) / len(ver)
@@ -85,19 +92,14 @@ def by_batch(all_steps: list[dict]) -> list[str]:
 
 
 def saved(all_steps: list[dict]) -> tuple[float, float]:
-    """(seconds the verifying steps saved, seconds of every step and the host gap before it, idle gaps left out):
-    per verifying step without a prompt, tokens emitted / rows x the measured plain step
-    at that batch (the fit's prediction x the band's measured / predicted plain steps),
-    less the step's measured time. (total + saved) / total is the speedup the verifying
-    steps alone imply over this server's own plain steps."""
-    out = 0.0
-    for lo, hi in BANDS:
-        band = [r for r in all_steps if not r["m"] and r["pred"] and r["plain"] and lo <= r["rows"] <= hi]
-        plain = [r for r in band if not r["verify"]]
-        if not plain:
-            continue
-        drift = sum(r["s"] for r in plain) / sum(r["plain"] for r in plain)
-        out += sum(r["emitted"] / r["rows"] * r["plain"] * drift - r["s"] for r in band if r["verify"])
+    """(seconds the verifying steps saved, busy seconds: every step and the host gap
+    before it, idle gaps left out). Saved: per verifying step without a prompt, tokens
+    emitted / rows x the measured plain step at that batch (the fit's prediction x the
+    band's measured / predicted plain steps), less the step's measured time.
+    (busy + saved) / busy is the speedup the verifying steps alone imply over this
+    server's own plain steps."""
+    out = sum(r["emitted"] / r["rows"] * r["plain"] * drift - r["s"]
+              for _, _, band, _, drift in _bands(all_steps) for r in band if r["verify"])
     busy = sum(r["s"] + (r["gap"] if r["gap"] < IDLE_MS else 0.0) for r in all_steps)
     return out / 1e3, busy / 1e3
 

@@ -316,6 +316,33 @@ def test_step_log_line_carries_the_prediction_made_before_the_step(caplog):
     assert before != pytest.approx(cost.step_time(6, rows=4))  # the step was observed after
 
 
+def test_step_log_summary_prices_verifying_steps_against_measured_plain_ones():
+    """summarize.py's by-batch lines and saved seconds: a verifying step is priced against
+    the plain steps of its batch band as measured (the fit's prediction x their measured /
+    predicted ratio), so a fit that runs 10 % short cancels; idle gaps split the cells."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "summarize", Path(__file__).parents[2] / "experiments/step_log/summarize.py")
+    summarize = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summarize)
+
+    def step(s, verify, emitted, gap=2.0):
+        return {"s": s, "exact": 0.0, "gap": gap, "n": emitted, "m": 0, "rows": 8,
+                "verify": verify, "emitted": emitted, "pred": 100.0, "plain": 100.0, "sigma": 0.0}
+
+    # plain steps measured 110 ms against 100 predicted; the verifying one took 165 ms for
+    # 2 tokens a row, where plain steps would have taken 2 x 110 = 220 ms: it saved 55 ms
+    cell = [step(110.0, False, 8), step(110.0, False, 8), step(165.0, True, 16)]
+    saved, busy = summarize.saved(cell)
+    assert saved == pytest.approx(0.055)
+    assert busy == pytest.approx((110 + 110 + 165 + 6) / 1e3)
+    line, = summarize.by_batch(cell)
+    assert "tokens/row 2.00" in line and "against plain 1.50" in line and "realised S 1.33" in line
+    assert [len(p) for p in summarize.stretches(cell + [step(110.0, False, 8, gap=5000.0)] + cell)] == [3, 4]
+
+
 # -- the step timer's token split ----------------------------------------------------
 
 def test_split_tokens_counts_decode_verify_and_prefill():
