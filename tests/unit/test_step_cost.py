@@ -282,20 +282,27 @@ def test_rows_in_lockstep_with_tokens_keep_the_token_fit():
         StepCost().observe_target_step(0.01, 4, 0, 5)  # more rows than tokens
 
 
+def _summarize_module():
+    """experiments/step_log/summarize.py (a script, not a package module), loaded."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "summarize", Path(__file__).parents[2] / "experiments/step_log/summarize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_step_log_line_carries_the_prediction_made_before_the_step(caplog):
     """With ``vllm.specdec_plugin.steps`` at DEBUG, each recorded step logs its timers and
     the fit's prediction from before it saw the step, in the form
     experiments/step_log/summarize.py parses; nothing is logged at INFO."""
-    import importlib.util
     import logging
-    from pathlib import Path
 
     from vllm_specdec_plugin.step_record import StepRecorder
 
-    spec = importlib.util.spec_from_file_location(
-        "summarize", Path(__file__).parents[2] / "experiments/step_log/summarize.py")
-    summarize = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summarize)
+    summarize = _summarize_module()
     cost = StepCost()
     for b in (2, 4, 8):
         cost.observe_target_step(0.010 + 0.002 * b, b)  # plain steps
@@ -320,13 +327,7 @@ def test_step_log_summary_prices_verifying_steps_against_measured_plain_ones():
     """summarize.py's by-batch lines and saved seconds: a verifying step is priced against
     the plain steps of its batch band as measured (the fit's prediction x their measured /
     predicted ratio), so a fit that runs 10 % short cancels; idle gaps split the cells."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "summarize", Path(__file__).parents[2] / "experiments/step_log/summarize.py")
-    summarize = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summarize)
+    summarize = _summarize_module()
 
     def step(s, verify, emitted, gap=2.0):
         return {"s": s, "exact": 0.0, "gap": gap, "n": emitted, "m": 0, "rows": 8,
