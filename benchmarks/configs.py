@@ -102,10 +102,11 @@ TABLE: list[Entry] = [
     # default 0.05: what the allowance costs the first token and buys in throughput.
     Entry("plugin-hybrid-adaptive-ttft0", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "ttft_slack": 0.0}),
-    # Without prefill_split (vLLM admits every waiting prompt its budget holds in one
-    # step): what admitting bunched arrivals one step at a time does to the first token.
-    Entry("plugin-hybrid-adaptive-nosplit", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "prefill_split": False}),
+    # With prefill_split (bunched arrivals admitted one step at a time; the default
+    # admits every waiting prompt vLLM's budget holds): what it moves from the first
+    # token to the decode of the prompt admitted first.
+    Entry("plugin-hybrid-adaptive-split", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "prefill_split": True}),
     # The same without the per-request bound (row_slack 1000: the batch's mean alone
     # decides): what protecting every request's TPOT costs, in one run.
     Entry("plugin-hybrid-adaptive-meanonly", "plugin", (8,),
@@ -137,12 +138,11 @@ TABLE: list[Entry] = [
     # planning and verifies nothing: what the machinery costs where speculation can't pay.
     Entry("plugin-floor", "plugin-nodraft", (8,),
           specdec={"method": "ngram", "adaptive": True, "ngram_min_prob": 1.0}),
-    # The floor with vLLM's own prompt admission (prefill_split off): against the floor,
-    # what admitting prompts one step at a time costs; against no speculation, what the
-    # plugin's machinery alone costs a step.
-    Entry("plugin-floor-nosplit", "plugin-nodraft", (8,),
+    # The floor with prefill_split on: against the floor, what admitting prompts one
+    # step at a time costs when nothing is drafted.
+    Entry("plugin-floor-split", "plugin-nodraft", (8,),
           specdec={"method": "ngram", "adaptive": True, "ngram_min_prob": 1.0,
-                   "prefill_split": False}),
+                   "prefill_split": True}),
     # One corpus and one set of acceptance statistics for every request (single
     # tenant): against the default per-salt scope it prices tenant isolation.
     Entry("plugin-hybrid-adaptive-global", "plugin", (8,),

@@ -68,11 +68,14 @@ class SpecDecConfig:
     a share of its predicted time without them (0.05: 5 %). 0 verifies no drafts
     beside a prefill; larger values trade first-token latency for throughput."""
 
-    prefill_split: bool = True
+    prefill_split: bool = False
     """Step plan: when several waiting prompts could share one step, admit them one step
     at a time where the fitted step cost says the prompts already in the step would
     lose more than the deferred one waits (on a CPU, where a step's time grows with its
-    prompt tokens). Off: vLLM admits as many as its token budget holds."""
+    prompt tokens). This moves time, it does not save it: the deferred prompt's prefill
+    lands in the decode of the one admitted first (its TTFT falls, its TPOT rises by as
+    much) and the deferred one waits a step longer. Off (default): vLLM admits as many
+    as its token budget holds, as without speculation."""
 
     ngram_max_n: int = 4
     """Longest context (tokens) the n-gram stage matches; longer matches win."""
