@@ -111,8 +111,8 @@ TABLE: list[Entry] = [
     # decides): what protecting every request's TPOT costs, in one run.
     Entry("plugin-hybrid-adaptive-meanonly", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "row_slack": 1000.0}),
-    # row_slack 0.2, explicitly: the sweep that set tuning.ROW_SLACK from 0.05 ran it
-    # beside the default of then.
+    # row_slack 0.2 (the default until 2026-11-29) and 0.05 (today's), explicitly, for
+    # sweeps that run them beside each other.
     Entry("plugin-hybrid-adaptive-slack20", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.2}),
     Entry("plugin-hybrid-adaptive-slack05", "plugin", (8,),
