@@ -11,8 +11,10 @@ row with per-token acceptance α is worth α^j expected tokens.
 
 Prompts that arrive together (speculation finishes rows in the same step more often,
 so a closed loop sends their successors together) would share one prefill step and each
-wait for all of them. ``admissions`` admits them one step at a time where the fitted
-cost says the prompts already in a step lose more than the deferred one does.
+wait for all of them. With ``prefill_split`` on (off by default), ``admissions`` admits
+them one step at a time where the fitted cost says the prompts already in a step lose
+more than the deferred one does. That minimises first-token times only: the deferred
+prompt's prefill then falls in the decode of the one admitted before it.
 
 Steps with no prefill keep every draft: the proposer priced k for them already.
 Cutting drafts is always exact: the target verifies a prefix of the same proposal, and
