@@ -238,8 +238,8 @@ class SpecDecConfig:
                 f"adaptive_prior_alpha must be in [0, 1), got {self.adaptive_prior_alpha}. Fix: e.g. 0.6.")
         if not _finite_nonneg(self.row_slack):
             raise SpecDecConfigError(
-                f"row_slack must be a number >= 0, got {self.row_slack!r}. Fix: e.g. 0.2 "
-                "(the default: no request more than 20 % slower per token), or 1000 to rely on "
+                f"row_slack must be a number >= 0, got {self.row_slack!r}. Fix: e.g. 0.05 "
+                "(the default: no request more than 5 % slower per token), or 1000 to rely on "
                 "the batch's mean.")
         if not _finite_nonneg(self.step_min_gain):
             raise SpecDecConfigError(

@@ -76,7 +76,8 @@ SHADOW_ROWS = 4  # not measured: new shadow proposals per step (CPU: one n-gram 
 # - smol, ShareGPT, 0.1 against 0.2 (results/2026-11-27-99e62eb-serving-smol-sharegpt-rowslack10/):
 #   c = 8, 16, 32 and 8 req/s: 0.1's throughput 0.88-0.98x of 0.2's in all 8 paired
 #   repetitions, TPOT p50 1.00-1.22x; TPOT p99 lower only at c = 8 (1.14x vs 1.25x).
-# - smol, ShareGPT, c = 8, AVX2-only CPU, float32, 3 reps, prefill_split on, each request against itself
+# - smol, ShareGPT, c = 8, AVX2-only CPU, float32, 3 reps, prefill_split on, each
+#   request against itself
 #   (results/2026-11-29-c4135ed-serving-smol-sharegpt-c8-f32-rowslack/): 0.2 against
 #   0.05 1.07x vs 1.02x, TPOT p50 1.02x vs 1.05x; requests > 1.2x their own TPOT without
 #   speculation 17 % vs 6 %, the median request 1.02x vs 1.03x.
@@ -101,8 +102,8 @@ STEP_MIN_GAIN = 0.02
 # The most slack a request may save up or owe (row_credit.py), in plain steps: a step
 # may slow a row by at most 1 + row_slack + this, and the bound holds over the
 # ~CREDIT_MAX / row_slack = 20 steps a row needs to save it at the default 0.05 (well
-# within a 128-token answer's TPOT). The value is not measured against others; the ledger with it was
-# served on 2026-11-27 (results/2026-11-27-1b3830b-serving-smol-sharegpt-credit/,
+# within a 128-token answer's TPOT). The value is not measured against others; the
+# ledger with it was served on 2026-11-27 (results/2026-11-27-1b3830b-serving-smol-sharegpt-credit/,
 # results/2026-11-27-2f186c3-serving-bench-unique-credit/, row_slack 0.05 then).
 CREDIT_MAX = 1.0
 # The default of ``ttft_slack``: verify tokens may lengthen a step that carries a prefill by
