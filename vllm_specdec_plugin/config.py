@@ -238,9 +238,9 @@ class SpecDecConfig:
                 f"adaptive_prior_alpha must be in [0, 1), got {self.adaptive_prior_alpha}. Fix: e.g. 0.6.")
         if not _finite_nonneg(self.row_slack):
             raise SpecDecConfigError(
-                f"row_slack must be a number >= 0, got {self.row_slack!r}. Fix: e.g. 0.05 "
-                "(the default: no request more than 5 % slower per token), or 1000 to rely on "
-                "the batch's mean.")
+                f"row_slack must be a number >= 0, got {self.row_slack!r}. Fix: e.g. {ROW_SLACK} "
+                f"(the default: no request more than {ROW_SLACK * 100:g} % slower per token), "
+                "or 1000 to rely on the batch's mean.")
         if not _finite_nonneg(self.step_min_gain):
             raise SpecDecConfigError(
                 f"step_min_gain must be a number >= 0, got {self.step_min_gain!r}. Fix: e.g. "
