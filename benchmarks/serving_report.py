@@ -25,7 +25,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.configs import A_A, BASELINE
-from benchmarks.serving_cells import LOAD_KINDS, load_label, load_of, time_split
+from benchmarks.serving_cells import (LOAD_KINDS, SLOWED_PLAIN, load_label, load_of,
+                                      slowed_cells, time_split)
 from benchmarks.serving_first_token import arrival_lines, first_token_lines, steady_lines
 from benchmarks.serving_paired import paired_lines
 from benchmarks.serving_tail import tail_lines
@@ -178,7 +179,7 @@ def rep_lines(res: dict) -> list[str]:
             for c in res["cells"] if c["config"] == BASELINE}
     order = ("median_ttft_ms", "p99_ttft_ms", "p99_e2el_ms", "output_throughput",
              "median_tpot_ms", "p99_tpot_ms")
-    rows = []
+    rows, slowed = [], slowed_cells(res["cells"])
     for c in res["cells"]:
         kind, load = load_of(c)
         b = base.get((c["workload"], kind, load, c["repetition"]))
@@ -190,6 +191,8 @@ def rep_lines(res: dict) -> list[str]:
         plugin = c["config"].startswith("plugin")  # in-tree servers export no plan counter
         share = f"{cut / (cut + kept):.2f}" if plugin and cut is not None and cut + kept else "–"
         flag = "*" if c.get("contended") or b.get("contended") else ""
+        if (c["workload"], kind, load, c["config"], c["repetition"]) in slowed:
+            flag += " slowed"
         rows.append(((c["workload"], kind, load, c["repetition"], c["config"]),
                      f"| {workload_label(c['workload'])} | {load_label(kind, load)} | "
                      f"{c['repetition']} | {c['config']}{flag} | " + " | ".join(ratio)
@@ -198,7 +201,9 @@ def rep_lines(res: dict) -> list[str]:
         return []
     return ["## Every repetition: ratios to no speculation", "",
             "Paired with no speculation's cell of the same repetition. cut share: draft "
-            "tokens the step plan cut before verification / (verified + cut).", "",
+            "tokens the step plan cut before verification / (verified + cut). slowed: "
+            "the server's own plain steps ran slow in that cell (see the decode steps "
+            "below).", "",
             "| workload | load | rep | config | TTFT p50 | TTFT p99 | e2e p99 | tput | "
             "TPOT p50 | TPOT p99 | cut share |", "|---|---|---:|---|" + "---:|" * 7] + \
         [r[1] for r in sorted(rows)] + [""]
@@ -207,7 +212,7 @@ def rep_lines(res: dict) -> list[str]:
 def step_lines(res: dict) -> list[str]:
     """Markdown: the plugin's decode steps per cell, verifying vs plain (mean ms and
     tokens emitted per step), from its step counters; [] when no cell has them."""
-    rows = []
+    rows, slowed = [], slowed_cells(res["cells"])
     for c in res["cells"]:
         sp = c.get("spec") or {}
         if not sp.get("verify_steps") and not sp.get("plain_steps"):
@@ -222,9 +227,10 @@ def step_lines(res: dict) -> list[str]:
         # most of it.
         decode_s, draft_s, rest = time_split(c)
         part += [f"{c['duration']:.1f}", f"{decode_s:.1f}", f"{draft_s:.1f}", f"{rest:.1f}"]
+        flag = " slowed" if (c["workload"], kind, load, c["config"], c["repetition"]) in slowed else ""
         rows.append((c["workload"], kind, load, c["config"], c["repetition"],
                      f"| {c['workload']} | {load_label(kind, load)} | {c['config']} | "
-                     f"{c['repetition']} | "
+                     f"{c['repetition']}{flag} | "
                      + " | ".join(part) + " |"))
     if not rows:
         return []
@@ -233,7 +239,9 @@ def step_lines(res: dict) -> list[str]:
             "`specdec_emitted_tokens_total` (a step's time runs from its scheduler output "
             "to the drafting call: target forward and sampling). Seconds of the cell: "
             "all of it, in those steps, in draft rounds, and the rest (steps that carried "
-            "a prompt, scheduling, HTTP).", "",
+            "a prompt, scheduling, HTTP). slowed: the cell's plain steps took over "
+            f"{SLOWED_PLAIN}x another repetition's at about the same tokens a step (the "
+            "target's forward ran slower; the cell does not measure speculation).", "",
             "| workload | load | config | rep | verify steps | ms | tokens/step | "
             "plain steps | ms | tokens/step | cell s | decode s | draft s | rest s |",
             "|---|---|---|---:|" + "---:|" * 10] + \

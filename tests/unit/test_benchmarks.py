@@ -584,6 +584,34 @@ def test_serving_report_splits_first_tokens_by_what_the_arrival_found():
 
 
 @pytest.mark.unit
+def test_serving_report_flags_a_cell_whose_own_plain_steps_ran_slow():
+    """A plugin cell whose plain steps took over SLOWED_PLAIN x another repetition's at
+    about the same tokens a step is flagged in the per-repetition and decode-step tables;
+    a different step size, too few steps or a spread under the threshold is not."""
+    from benchmarks import serving_cells, serving_report
+
+    def cell(rep, ms, toks=7.0, steps=200, load=8):
+        return {"config": "plugin-x", "workload": "sharegpt", "max_concurrency": load,
+                "repetition": rep, "duration": 60.0, "output_throughput": 60.0,
+                **{m: 100.0 for m in ("median_tpot_ms", "p99_tpot_ms", "median_ttft_ms",
+                                      "p99_ttft_ms", "p99_e2el_ms")},
+                "spec": {"plain_steps": steps, "plain_step_s": steps * ms / 1e3,
+                         "plain_emitted": steps * toks, "verify_steps": 0}}
+
+    cells = [cell(0, 77.2), cell(1, 125.9), cell(2, 80.0),              # rep 1 slowed 1.63x
+             cell(0, 60.0, load=4), cell(1, 75.0, load=4),              # 1.25x: not flagged
+             cell(0, 60.0, load=16), cell(1, 100.0, toks=14.0, load=16),  # twice the tokens
+             cell(0, 60.0, load=1, steps=3), cell(1, 120.0, load=1, steps=3)]  # too few steps
+    assert serving_cells.slowed_cells(cells) == {("sharegpt", "max_concurrency", 8, "plugin-x", 1)}
+    cells = [c for c in cells if c["max_concurrency"] > 1]  # c = 1 reports need draft counters
+    base = [dict(c, config="nospec", spec={}) for c in cells]
+    md = serving_report.markdown({"meta": {"pair": "ci", "started": "t", "git": {"short": "x"},
+                                           "args": {}}, "cells": cells + base})
+    assert "| c = 8 | 1 | plugin-x slowed |" in md and "| plugin-x | 1 slowed |" in md
+    assert md.count(" slowed |") == 2, md
+
+
+@pytest.mark.unit
 def test_serving_report_merges_runs_of_one_sweep_and_refuses_overlaps(tmp_path):
     """A sweep measured in parts: the merged report has every run's loads, ratios stay
     paired inside each run, and a load measured twice or other settings are refused."""
