@@ -25,8 +25,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.configs import A_A, BASELINE
-from benchmarks.serving_cells import (LOAD_KINDS, SLOWED_PLAIN, load_label, load_of,
-                                      slowed_cells, time_split)
+from benchmarks.serving_cells import (LOAD_KINDS, SLOWED_PLAIN, cell_key, load_label,
+                                      load_of, slowed_cells, time_split)
 from benchmarks.serving_first_token import arrival_lines, first_token_lines, steady_lines
 from benchmarks.serving_paired import paired_lines
 from benchmarks.serving_tail import tail_lines
@@ -191,7 +191,7 @@ def rep_lines(res: dict) -> list[str]:
         plugin = c["config"].startswith("plugin")  # in-tree servers export no plan counter
         share = f"{cut / (cut + kept):.2f}" if plugin and cut is not None and cut + kept else "–"
         flag = "*" if c.get("contended") or b.get("contended") else ""
-        if (c["workload"], kind, load, c["config"], c["repetition"]) in slowed:
+        if cell_key(c) in slowed:
             flag += " slowed"
         rows.append(((c["workload"], kind, load, c["repetition"], c["config"]),
                      f"| {workload_label(c['workload'])} | {load_label(kind, load)} | "
@@ -227,7 +227,7 @@ def step_lines(res: dict) -> list[str]:
         # most of it.
         decode_s, draft_s, rest = time_split(c)
         part += [f"{c['duration']:.1f}", f"{decode_s:.1f}", f"{draft_s:.1f}", f"{rest:.1f}"]
-        flag = " slowed" if (c["workload"], kind, load, c["config"], c["repetition"]) in slowed else ""
+        flag = " slowed" if cell_key(c) in slowed else ""
         rows.append((c["workload"], kind, load, c["config"], c["repetition"],
                      f"| {c['workload']} | {load_label(kind, load)} | {c['config']} | "
                      f"{c['repetition']}{flag} | "
