@@ -102,6 +102,11 @@ TABLE: list[Entry] = [
     # default 0.05: what the allowance costs the first token and buys in throughput.
     Entry("plugin-hybrid-adaptive-ttft0", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "ttft_slack": 0.0}),
+    # Without arrival_cap (the step after a request finished verifies every draft)
+    # against the default: what capping the step a closed loop's next request waits
+    # for buys in first token and costs in throughput.
+    Entry("plugin-hybrid-adaptive-noarrival", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "arrival_cap": False}),
     # With prefill_split (bunched arrivals admitted one step at a time; the default
     # admits every waiting prompt vLLM's budget holds): what it moves from the first
     # token to the decode of the prompt admitted first.

@@ -68,6 +68,13 @@ class SpecDecConfig:
     a share of its predicted time without them (0.05: 5 %). 0 verifies no drafts
     beside a prefill; larger values trade first-token latency for throughput."""
 
+    arrival_cap: bool = True
+    """Step plan: a step scheduled after a request finished, and carrying no prefill,
+    keeps only the verify tokens that lengthen it by ``ttft_slack`` of a step that
+    carries a typical prompt. A client that sends its next request when an answer ends
+    (a chat user, a closed-loop benchmark) finds that step running and waits for it
+    before its own prefill. Off: such a step verifies every draft."""
+
     prefill_split: bool = False
     """Step plan: when several waiting prompts could share one step, admit them one step
     at a time where the fitted step cost says the prompts already in the step would
@@ -198,6 +205,9 @@ class SpecDecConfig:
         if not isinstance(self.step_plan, bool):
             raise SpecDecConfigError(
                 f"step_plan must be true or false, got {self.step_plan!r}. Fix: use a JSON boolean.")
+        if not isinstance(self.arrival_cap, bool):
+            raise SpecDecConfigError(
+                f"arrival_cap must be true or false, got {self.arrival_cap!r}. Fix: use a JSON boolean.")
         if not isinstance(self.prefill_split, bool):
             raise SpecDecConfigError(
                 f"prefill_split must be true or false, got {self.prefill_split!r}. "

@@ -16,7 +16,13 @@ them one step at a time where the fitted cost says the prompts already in a step
 more than the deferred one does. That minimises first-token times only: the deferred
 prompt's prefill then falls in the decode of the one admitted before it.
 
-Steps with no prefill keep every draft: the proposer priced k for them already.
+A new request also waits for the step that is running when it arrives, and in a closed
+loop (a client that sends its next request when an answer ends) it arrives in the step
+right after a request finished. With ``arrival_cap`` on (the default), such a step may
+hold only the verify tokens that lengthen it by ``ttft_slack`` of a step carrying a
+typical prompt (``arrival_allowance``): the two steps then add at most 2 × ttft_slack
+of that prefill step to the new request's first token. Other steps without a prefill
+keep every draft: the proposer priced k for them already.
 Cutting drafts is always exact: the target verifies a prefix of the same proposal, and
 admission order changes only when a request runs, never what it computes.
 Pure Python (positions are ranked by ``speedup.best_positions``).
@@ -68,6 +74,33 @@ def keep_drafts(rows: list[Row], *, decode_rows: int, prefill_tokens: int,
         return {r.req_id: r.drafts for r in rows}
     allowance = verify_allowance(decode_rows=decode_rows, prefill_tokens=prefill_tokens,
                                  token_budget=token_budget, cost=cost, slack=slack)
+    return _likeliest(rows, allowance)
+
+
+def arrival_allowance(*, decode_rows: int, prompt_tokens: float, cost: StepPrice | None,
+                      slack: float = TTFT_SLACK) -> int | None:
+    """Verify tokens a step without a prefill may hold when a new request will likely
+    wait for it: those that lengthen it by at most ``slack`` of the predicted time of a
+    step carrying ``decode_rows`` and a prompt of ``prompt_tokens``. None: no cost fit."""
+    if cost is None or cost.per_token_s <= 0:
+        return None
+    base = cost.seconds(decode_rows, prompt_tokens)
+    return max(0, math.floor(slack * base / cost.per_token_s))
+
+
+def keep_for_arrival(rows: list[Row], *, decode_rows: int, prompt_tokens: float,
+                     cost: StepPrice | None, slack: float = TTFT_SLACK) -> dict[str, int]:
+    """Drafts to keep per request id in a step a new request will likely wait for
+    (``arrival_allowance``); every draft without a cost fit."""
+    allowance = arrival_allowance(decode_rows=decode_rows, prompt_tokens=prompt_tokens,
+                                  cost=cost, slack=slack)
+    if allowance is None:
+        return {r.req_id: r.drafts for r in rows}
+    return _likeliest(rows, allowance)
+
+
+def _likeliest(rows: list[Row], allowance: int) -> dict[str, int]:
+    """Up to ``allowance`` drafts over ``rows``, the positions most likely accepted."""
     known = [r.alpha for r in rows if r.alpha is not None]
     default = sum(known) / len(known) if known else 0.5
     # every verify token costs the same here: the likeliest positions, α^j, first

@@ -119,3 +119,7 @@ CREDIT_MAX = 1.0
 # TTFT p50 1.07x vs 1.04x, throughput 1.15x vs 1.11x (lower for 0 in both reps).
 # 0 trades throughput for a few points of first token; other values not measured.
 TTFT_SLACK = 0.05
+# Weight of the newest prompt in the typical prompt that prices a step a new request
+# will wait for (``arrival_cap``, compat/scheduler_plan.py): not measured, a ~5-request
+# window, so a change of traffic moves it within a few arrivals.
+PROMPT_EMA = 0.2

@@ -41,3 +41,21 @@ def test_step_plan_off_verifies_every_draft(ci_pair):
     assert p["plan_steps"] == 0 and p["drafting_deferred"] == 0, p
     assert p["no_draft"].get("prompt_next", 0) == 0, p
     assert p["accepted"] > 0, p
+
+
+def test_the_step_after_a_finish_is_planned_for_an_arrival(ci_pair):
+    # 4 rows of staggered lengths: each of the first three finishes leaves rows running
+    # into a step with no prefill, which arrival_cap plans for the next request (in a
+    # closed loop it would arrive during it); off, no step is planned so. Output unchanged.
+    lengths = [8, 16, 24, 32]
+    jobs = [{"name": "b4", "prompts": PROMPTS[:4], "batch_size": 4,
+             "params": [{"temperature": 0, "max_tokens": n, "ignore_eos": True} for n in lengths]}]
+    base = run_engine(engine_kwargs(ci_pair.target, max_num_seqs=4), jobs)
+    want = [o["token_ids"] for o in base["jobs"]["b4"]]
+    arrival = {}
+    for cap in (True, False):
+        res = run_engine(engine_kwargs(ci_pair.target, plugin_spec(ci_pair.draft, 4, arrival_cap=cap),
+                                       max_num_seqs=4), jobs, env=IN_PROCESS)
+        assert [o["token_ids"] for o in res["jobs"]["b4"]] == want
+        arrival[cap] = res["proposer"]["plan_arrival"]
+    assert arrival[True] >= 3 and arrival[False] == 0, arrival

@@ -4,7 +4,8 @@ from types import SimpleNamespace
 
 from vllm_specdec_plugin.compat import scheduler_plan
 from vllm_specdec_plugin import step_plan
-from vllm_specdec_plugin.step_plan import Row, StepPrice, keep_drafts, verify_allowance
+from vllm_specdec_plugin.step_plan import (Row, StepPrice, arrival_allowance, keep_drafts,
+                                           keep_for_arrival, verify_allowance)
 from vllm_specdec_plugin.tuning import TTFT_SLACK
 
 COST = StepPrice(intercept_s=0.010, per_token_s=0.001, per_prefill_token_s=0.0005)
@@ -58,11 +59,16 @@ def _req(rid, prompt, computed, outputs=0, spec=()):
                            num_output_tokens=outputs, spec_token_ids=list(spec))
 
 
-def _scheduler(running, waiting, budget=64, slots=8, hint=None, slack=TTFT_SLACK, split=True):
+def _scheduler(running, waiting, budget=64, slots=8, hint=None, slack=TTFT_SLACK, split=True,
+               arrival=False, finished=(), prompt=None):
     s = SimpleNamespace(running=running, waiting=waiting, kv_holding_waiting=[],
-                        max_num_scheduled_tokens=budget, max_num_active_reqs=slots)
+                        max_num_scheduled_tokens=budget, max_num_active_reqs=slots,
+                        finished_req_ids=set(finished))
     setattr(s, scheduler_plan._SLACK, slack)   # what the configured ttft_slack caches
     setattr(s, scheduler_plan._SPLIT, split)   # and prefill_split
+    setattr(s, scheduler_plan._ARRIVAL, arrival)  # and arrival_cap
+    if prompt is not None:
+        setattr(s, scheduler_plan._PROMPT, prompt)
     if hint is not None:
         setattr(s, scheduler_plan._HINT, hint)
     setattr(s, scheduler_plan._METRICS, SimpleNamespace(verify_tokens=lambda k, c: None,
@@ -172,3 +178,44 @@ def test_scheduler_admits_bunched_prompts_one_step_at_a_time():
     assert scheduler_plan._plan(_scheduler([a], waiting, budget=2048)) is None
     # one waiting prompt and no prefill running: nothing to split
     assert scheduler_plan._plan(_scheduler([a], waiting[:1], budget=2048, hint=(cost, {}))) is None
+
+
+def test_arrival_allowance_is_the_slack_of_a_step_carrying_a_typical_prompt():
+    # a step of 4 rows and a 200-token prompt: 10 + 4 + 100 = 114 ms; 5 % = 5.7 ms = 5 tokens
+    assert arrival_allowance(decode_rows=4, prompt_tokens=200, cost=COST, slack=0.05) == 5
+    assert arrival_allowance(decode_rows=4, prompt_tokens=200, cost=COST, slack=0.0) == 0
+    assert arrival_allowance(decode_rows=4, prompt_tokens=200, cost=None) is None
+    rows = [Row("a", 4, 0.9), Row("b", 4, 0.2)]
+    assert keep_for_arrival(rows, decode_rows=2, prompt_tokens=200, cost=COST,
+                            slack=0.05) == {"a": 4, "b": 1}
+    assert keep_for_arrival(rows, decode_rows=2, prompt_tokens=200, cost=None) == {"a": 4, "b": 4}
+
+
+def test_the_step_after_a_request_finished_is_cut_for_the_next_arrival():
+    cost = StepPrice(0.01, 0.001, 0.001)  # 2 rows + a 50-token prompt: 62 ms; 5 %: 3 tokens
+
+    def plan(**kw):
+        a = _req("a", 10, 13, outputs=4, spec=[1, 2, 3, 4])
+        b = _req("b", 10, 13, outputs=4, spec=[5, 6, 7, 8])
+        scheduler_plan._plan(_scheduler([a, b], [], budget=200,
+                                        hint=(cost, {"a": 0.9, "b": 0.5}), **kw))
+        return len(a.spec_token_ids) + len(b.spec_token_ids)
+
+    before = scheduler_plan.counts["arrival"]
+    assert plan(arrival=True, finished={"x"}, prompt=50.0) == 3
+    assert scheduler_plan.counts["arrival"] == before + 1
+    assert plan(arrival=True, finished=(), prompt=50.0) == 8  # nobody finished
+    assert plan(arrival=False, finished={"x"}, prompt=50.0) == 8  # arrival_cap off
+    assert plan(arrival=True, finished={"x"}) == 8  # no prompt seen yet
+
+
+def test_the_typical_prompt_follows_what_new_requests_prefill():
+    s = SimpleNamespace()
+    out = SimpleNamespace(scheduled_new_reqs=[SimpleNamespace(req_id="n")],
+                          num_scheduled_tokens={"n": 100, "a": 1})
+    scheduler_plan.note_prompts(s, out)
+    assert getattr(s, scheduler_plan._PROMPT) == 100.0
+    out = SimpleNamespace(scheduled_new_reqs=[SimpleNamespace(req_id="m")],
+                          num_scheduled_tokens={"m": 200})
+    scheduler_plan.note_prompts(s, out)
+    assert getattr(s, scheduler_plan._PROMPT) == 100.0 + scheduler_plan.PROMPT_EMA * 100

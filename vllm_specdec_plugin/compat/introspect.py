@@ -43,6 +43,7 @@ def proposer_snapshot(llm: Any) -> dict | None:
         "drafting_deferred": counts["deferred"],  # steps whose first tokens left first
         "plan_kept": plan["kept"], "plan_cut": plan["cut"], "plan_steps": plan["steps"],
         "plan_deferred": plan["deferred"],  # waiting requests left to a later step
+        "plan_arrival": plan["arrival"],  # steps cut for a request expected to arrive
         "blocks_total": a.num_blocks if a else 0, "blocks_free": a.num_free if a else 0,
         "by_source": dict(s.by_source),
         "live_requests": len(d.requests), "rounds": s.rounds, "drafted": s.drafted,

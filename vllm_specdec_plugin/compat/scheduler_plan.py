@@ -9,7 +9,12 @@ How: ``Scheduler.schedule`` is wrapped (installed from ``register()``; a pass-th
   unless the scheduler's config selects our proposer with ``step_plan`` on). Before
   vLLM schedules, when a running request is still prefilling or a waiting one can be
   admitted, the running requests' ``spec_token_ids`` are cut to what
-  ``step_plan.keep_drafts`` keeps (a prefix of each proposal: exact). After it
+  ``step_plan.keep_drafts`` keeps (a prefix of each proposal: exact). With
+  ``arrival_cap`` on, a step scheduled after requests finished (vLLM's
+  ``finished_req_ids``, cleared by each ``schedule``) and carrying no prefill is cut
+  to ``step_plan.keep_for_arrival``: a closed loop's next request arrives while it
+  runs. The typical prompt it is priced with is a moving average of the tokens each
+  new request's first step prefilled (``scheduled_new_reqs``). After it
   schedules, the SchedulerOutput carries ``specdec_first_tokens``: the ids whose
   prompt completes in this step, so the worker can return their first token before it
   drafts (``draft_ids_return``), and
@@ -35,6 +40,7 @@ import sys
 from typing import Any, Iterator
 
 from vllm_specdec_plugin import step_plan
+from vllm_specdec_plugin.tuning import PROMPT_EMA
 
 FIRST_TOKENS_ATTR = "specdec_first_tokens"  # on SchedulerOutput: frozenset of req ids
 PROMPTS_NEXT_ATTR = "specdec_prompts_next"  # on SchedulerOutput: the next step carries a prompt
@@ -43,9 +49,11 @@ _HINT = "_specdec_plan_hint"     # on the Scheduler: the latest hint
 _METRICS = "_specdec_plan_metrics"
 _SLACK = "_specdec_plan_slack"  # on the Scheduler: ttft_slack, None when off
 _SPLIT = "_specdec_plan_split"  # on the Scheduler: prefill_split
+_ARRIVAL = "_specdec_plan_arrival"  # on the Scheduler: arrival_cap
+_PROMPT = "_specdec_plan_prompt"  # on the Scheduler: typical prompt tokens (None: none yet)
 _installed = False
 # This process's kept / cut verify tokens in steps the plan decided (tests read them).
-counts = {"kept": 0, "cut": 0, "steps": 0, "deferred": 0}
+counts = {"kept": 0, "cut": 0, "steps": 0, "deferred": 0, "arrival": 0}
 
 
 def install_engine() -> None:
@@ -73,6 +81,7 @@ def install_engine() -> None:
                 out = schedule(self, *args, **kwargs)
             finally:
                 self.max_num_active_reqs = cap
+        note_prompts(self, out)
         setattr(out, FIRST_TOKENS_ATTR, first_tokens(self, out))
         setattr(out, PROMPTS_NEXT_ATTR, prompts_next(self))
         return out
@@ -101,13 +110,15 @@ def _slack(scheduler: Any) -> float | None:
         from vllm_specdec_plugin.compat.request_scope import ours
         from vllm_specdec_plugin.config import from_vllm_config
 
-        slack, split = None, False
+        slack, split, arrival = None, False, False
         if ours(scheduler):
             config = from_vllm_config(scheduler.vllm_config)
             slack = config.ttft_slack if config.step_plan else None
             split = config.step_plan and config.prefill_split
+            arrival = config.step_plan and config.arrival_cap
         setattr(scheduler, _SLACK, slack)
         setattr(scheduler, _SPLIT, split)
+        setattr(scheduler, _ARRIVAL, arrival)
     return getattr(scheduler, _SLACK)
 
 
@@ -146,12 +157,20 @@ def _plan(scheduler: Any) -> int | None:
             waiting = waiting[:n]
     prefilling += len(waiting)
     prefill_tokens += sum(waiting)
-    if not rows or not prefilling:
+    if not rows:
         return admit
-    keep = step_plan.keep_drafts(rows, decode_rows=decode_rows,
-                                 prefill_tokens=min(prefill_tokens, budget),
-                                 prefilling=prefilling, token_budget=budget, cost=cost,
-                                 slack=_slack(scheduler))
+    if prefilling:
+        keep = step_plan.keep_drafts(rows, decode_rows=decode_rows,
+                                     prefill_tokens=min(prefill_tokens, budget),
+                                     prefilling=prefilling, token_budget=budget, cost=cost,
+                                     slack=_slack(scheduler))
+    elif _arrival_expected(scheduler):
+        keep = step_plan.keep_for_arrival(rows, decode_rows=decode_rows,
+                                          prompt_tokens=getattr(scheduler, _PROMPT),
+                                          cost=cost, slack=_slack(scheduler))
+        counts["arrival"] += 1
+    else:
+        return admit
     kept = cut = 0
     for req in running:
         n = keep.get(req.request_id)
@@ -166,6 +185,22 @@ def _plan(scheduler: Any) -> int | None:
     counts["steps"] += 1
     _metrics(scheduler).verify_tokens(kept, cut)
     return admit
+
+
+def _arrival_expected(scheduler: Any) -> bool:
+    """``arrival_cap`` is on, a request finished since the last step was scheduled, and
+    a typical prompt is known: a closed loop's next request arrives during this step."""
+    return bool(getattr(scheduler, _ARRIVAL, False) and scheduler.finished_req_ids
+                and getattr(scheduler, _PROMPT, None) is not None)
+
+
+def note_prompts(scheduler: Any, out: Any) -> None:
+    """Fold the tokens each request new in ``out`` prefills in its first step into the
+    scheduler's typical prompt (a moving average, ``PROMPT_EMA``)."""
+    for new in out.scheduled_new_reqs:
+        n = out.num_scheduled_tokens.get(new.req_id, 0)
+        prev = getattr(scheduler, _PROMPT, None)
+        setattr(scheduler, _PROMPT, float(n) if prev is None else prev + PROMPT_EMA * (n - prev))
 
 
 def prompts_next(scheduler: Any) -> bool:
