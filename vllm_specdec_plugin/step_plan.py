@@ -54,10 +54,19 @@ def verify_allowance(*, decode_rows: int, prefill_tokens: int, token_budget: int
     budget beside the prefills and decode rows, and (with a cost model) what lengthens
     the step by at most ``slack`` of its time without drafts."""
     room = token_budget - decode_rows - prefill_tokens
-    if cost is not None and cost.per_token_s > 0:
-        base = cost.seconds(decode_rows, prefill_tokens)
-        room = min(room, math.floor(slack * base / cost.per_token_s))
-    return max(0, room)
+    within = _slack_tokens(decode_rows=decode_rows, prefill_tokens=prefill_tokens,
+                           cost=cost, slack=slack)
+    return max(0, room if within is None else min(room, within))
+
+
+def _slack_tokens(*, decode_rows: int, prefill_tokens: float, cost: StepPrice | None,
+                  slack: float) -> int | None:
+    """Verify tokens that take at most ``slack`` of the predicted time of a step with
+    ``decode_rows`` and ``prefill_tokens`` (>= 0); None without a cost fit."""
+    if cost is None or cost.per_token_s <= 0:
+        return None
+    base = cost.seconds(decode_rows, prefill_tokens)
+    return max(0, math.floor(slack * base / cost.per_token_s))
 
 
 def keep_drafts(rows: list[Row], *, decode_rows: int, prefill_tokens: int,
@@ -82,10 +91,8 @@ def arrival_allowance(*, decode_rows: int, prompt_tokens: float, cost: StepPrice
     """Verify tokens a step without a prefill may hold when a new request will likely
     wait for it: those that lengthen it by at most ``slack`` of the predicted time of a
     step carrying ``decode_rows`` and a prompt of ``prompt_tokens``. None: no cost fit."""
-    if cost is None or cost.per_token_s <= 0:
-        return None
-    base = cost.seconds(decode_rows, prompt_tokens)
-    return max(0, math.floor(slack * base / cost.per_token_s))
+    return _slack_tokens(decode_rows=decode_rows, prefill_tokens=prompt_tokens,
+                         cost=cost, slack=slack)
 
 
 def keep_for_arrival(rows: list[Row], *, decode_rows: int, prompt_tokens: float,
