@@ -119,11 +119,11 @@ CREDIT_MAX = 1.0
 # TTFT p50 1.07x vs 1.04x, throughput 1.15x vs 1.11x (lower for 0 in both reps).
 # 0 trades throughput for a few points of first token; other values not measured.
 TTFT_SLACK = 0.05
-# Weight of the newest prompt in the typical prompt that prices a step a new request
-# will wait for (``arrival_cap``, compat/scheduler_plan.py): not measured, a ~5-request
-# window, so a change of traffic moves it within a few arrivals. The cap itself (on by
-# default, priced with TTFT_SLACK) was measured against off on the bench pair, unique,
-# c = 4-16, bf16, 3 reps (results/2026-11-30-56ea6f1-serving-bench-unique-c4-c16-bf16-arrival/):
-# c = 4 TTFT p50 1.13x vs 1.37x (lower in every rep), TPOT p99 1.00x vs 1.18x,
-# throughput 1.30x vs 1.28x; c = 8 and 16 the same within the spread.
-PROMPT_EMA = 0.2
+# The same slack prices ``arrival_cap`` (config default on, compat/scheduler_plan.py),
+# which caps the step after a request finished by TTFT_SLACK of a step carrying the
+# finished requests' prompt. The cap was measured against off on the bench pair,
+# unique, c = 4-16, bf16, 3 reps
+# (results/2026-11-30-56ea6f1-serving-bench-unique-c4-c16-bf16-arrival/, priced then
+# with a moving average of recent prompts): c = 4 TTFT p50 1.13x vs 1.37x (lower in
+# every rep), TPOT p99 1.00x vs 1.18x, throughput 1.30x vs 1.28x; c = 8 and 16 the
+# same within the spread.

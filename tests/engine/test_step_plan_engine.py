@@ -44,10 +44,12 @@ def test_step_plan_off_verifies_every_draft(ci_pair):
 
 
 def test_the_step_after_a_finish_is_planned_for_an_arrival(ci_pair):
-    # 4 rows of staggered lengths: each of the first three finishes leaves rows running
-    # into a step with no prefill, which arrival_cap plans for the next request (in a
-    # closed loop it would arrive during it); off, no step is planned so. Output unchanged.
-    lengths = [8, 16, 24, 32]
+    # 4 rows of staggered lengths: a finish that leaves rows running leads into a step
+    # with no prefill, which arrival_cap plans for the next request (in a closed loop it
+    # would arrive during it); off, no step is planned so. Output unchanged. Rows may
+    # finish in the same step (acceptance differs between CPUs), but the 8-token row
+    # ends by step 8 and the 48-token one (at most 5 tokens a step) not before step 11.
+    lengths = [8, 16, 24, 48]
     jobs = [{"name": "b4", "prompts": PROMPTS[:4], "batch_size": 4,
              "params": [{"temperature": 0, "max_tokens": n, "ignore_eos": True} for n in lengths]}]
     base = run_engine(engine_kwargs(ci_pair.target, max_num_seqs=4), jobs)
@@ -58,4 +60,4 @@ def test_the_step_after_a_finish_is_planned_for_an_arrival(ci_pair):
                                        max_num_seqs=4), jobs, env=IN_PROCESS)
         assert [o["token_ids"] for o in res["jobs"]["b4"]] == want
         arrival[cap] = res["proposer"]["plan_arrival"]
-    assert arrival[True] >= 3 and arrival[False] == 0, arrival
+    assert arrival[True] >= 1 and arrival[False] == 0, arrival

@@ -60,15 +60,15 @@ def _req(rid, prompt, computed, outputs=0, spec=()):
 
 
 def _scheduler(running, waiting, budget=64, slots=8, hint=None, slack=TTFT_SLACK, split=True,
-               arrival=False, finished=(), prompt=None):
+               arrival=False, finished=(), prompts=None):
     s = SimpleNamespace(running=running, waiting=waiting, kv_holding_waiting=[],
                         max_num_scheduled_tokens=budget, max_num_active_reqs=slots,
                         finished_req_ids=set(finished))
     setattr(s, scheduler_plan._SLACK, slack)   # what the configured ttft_slack caches
     setattr(s, scheduler_plan._SPLIT, split)   # and prefill_split
     setattr(s, scheduler_plan._ARRIVAL, arrival)  # and arrival_cap
-    if prompt is not None:
-        setattr(s, scheduler_plan._PROMPT, prompt)
+    if prompts is not None:  # what note_prompts recorded: {req id: first-step prefill}
+        setattr(s, scheduler_plan._PROMPTS, dict(prompts))
     if hint is not None:
         setattr(s, scheduler_plan._HINT, hint)
     setattr(s, scheduler_plan._METRICS, SimpleNamespace(verify_tokens=lambda k, c: None,
@@ -202,20 +202,20 @@ def test_the_step_after_a_request_finished_is_cut_for_the_next_arrival():
         return len(a.spec_token_ids) + len(b.spec_token_ids)
 
     before = scheduler_plan.counts["arrival"]
-    assert plan(arrival=True, finished={"x"}, prompt=50.0) == 3
+    assert plan(arrival=True, finished={"x"}, prompts={"x": 50}) == 3
     assert scheduler_plan.counts["arrival"] == before + 1
-    assert plan(arrival=True, finished=(), prompt=50.0) == 8  # nobody finished
-    assert plan(arrival=False, finished={"x"}, prompt=50.0) == 8  # arrival_cap off
-    assert plan(arrival=True, finished={"x"}) == 8  # no prompt seen yet
+    assert plan(arrival=True, finished=(), prompts={"x": 50}) == 8  # nobody finished
+    assert plan(arrival=False, finished={"x"}, prompts={"x": 50}) == 8  # arrival_cap off
+    assert plan(arrival=True, finished={"x"}) == 8  # never seen (no first step recorded)
 
 
-def test_the_typical_prompt_follows_what_new_requests_prefill():
-    s = SimpleNamespace()
-    out = SimpleNamespace(scheduled_new_reqs=[SimpleNamespace(req_id="n")],
-                          num_scheduled_tokens={"n": 100, "a": 1})
-    scheduler_plan.note_prompts(s, out)
-    assert getattr(s, scheduler_plan._PROMPT) == 100.0
-    out = SimpleNamespace(scheduled_new_reqs=[SimpleNamespace(req_id="m")],
-                          num_scheduled_tokens={"m": 200})
-    scheduler_plan.note_prompts(s, out)
-    assert getattr(s, scheduler_plan._PROMPT) == 100.0 + scheduler_plan.PROMPT_EMA * 100
+def test_the_arrival_is_priced_with_the_finished_requests_prompt_and_nothing_outlives_them():
+    s = SimpleNamespace(finished_req_ids=set())
+    scheduler_plan.note_prompts(s, SimpleNamespace(
+        scheduled_new_reqs=[SimpleNamespace(req_id="n"), SimpleNamespace(req_id="m")],
+        num_scheduled_tokens={"n": 100, "m": 300, "a": 1}))
+    assert scheduler_plan.finished_prompt(s) is None         # nobody finished
+    s.finished_req_ids = {"n", "m", "gone"}                   # "gone": never scheduled
+    assert scheduler_plan.finished_prompt(s) == 200.0
+    assert getattr(s, scheduler_plan._PROMPTS) == {}          # forgotten once finished
+    assert scheduler_plan.finished_prompt(s) is None

@@ -13,8 +13,10 @@ How: ``Scheduler.schedule`` is wrapped (installed from ``register()``; a pass-th
   ``arrival_cap`` on, a step scheduled after requests finished (vLLM's
   ``finished_req_ids``, cleared by each ``schedule``) and carrying no prefill is cut
   to ``step_plan.keep_for_arrival``: a closed loop's next request arrives while it
-  runs. The typical prompt it is priced with is a moving average of the tokens each
-  new request's first step prefilled (``scheduled_new_reqs``). After it
+  runs. It is priced with the prompt the finished requests prefilled in their first
+  step (``scheduled_new_reqs``; the next request comes from the client whose answer
+  ended): no state outlives a request, so one tenant's prompts never price another's
+  later steps. After it
   schedules, the SchedulerOutput carries ``specdec_first_tokens``: the ids whose
   prompt completes in this step, so the worker can return their first token before it
   drafts (``draft_ids_return``), and
@@ -40,7 +42,6 @@ import sys
 from typing import Any, Iterator
 
 from vllm_specdec_plugin import step_plan
-from vllm_specdec_plugin.tuning import PROMPT_EMA
 
 FIRST_TOKENS_ATTR = "specdec_first_tokens"  # on SchedulerOutput: frozenset of req ids
 PROMPTS_NEXT_ATTR = "specdec_prompts_next"  # on SchedulerOutput: the next step carries a prompt
@@ -50,7 +51,7 @@ _METRICS = "_specdec_plan_metrics"
 _SLACK = "_specdec_plan_slack"  # on the Scheduler: ttft_slack, None when off
 _SPLIT = "_specdec_plan_split"  # on the Scheduler: prefill_split
 _ARRIVAL = "_specdec_plan_arrival"  # on the Scheduler: arrival_cap
-_PROMPT = "_specdec_plan_prompt"  # on the Scheduler: typical prompt tokens (None: none yet)
+_PROMPTS = "_specdec_plan_prompts"  # on the Scheduler: {req id: first-step prefill tokens}
 _installed = False
 # This process's kept / cut verify tokens in steps the plan decided (tests read them).
 counts = {"kept": 0, "cut": 0, "steps": 0, "deferred": 0, "arrival": 0}
@@ -130,6 +131,7 @@ def _active(scheduler: Any) -> int:
 def _plan(scheduler: Any) -> int | None:
     """Cut the running requests' drafts for the step about to be scheduled; return how
     many waiting requests it may admit (None: as many as vLLM admits)."""
+    arrival_prompt = finished_prompt(scheduler)
     running = list(scheduler.running)
     budget = int(scheduler.max_num_scheduled_tokens)
     prefill_tokens = prefilling = decode_rows = 0
@@ -164,9 +166,9 @@ def _plan(scheduler: Any) -> int | None:
                                      prefill_tokens=min(prefill_tokens, budget),
                                      prefilling=prefilling, token_budget=budget, cost=cost,
                                      slack=_slack(scheduler))
-    elif _arrival_expected(scheduler):
+    elif arrival_prompt is not None and getattr(scheduler, _ARRIVAL, False):
         keep = step_plan.keep_for_arrival(rows, decode_rows=decode_rows,
-                                          prompt_tokens=getattr(scheduler, _PROMPT),
+                                          prompt_tokens=arrival_prompt,
                                           cost=cost, slack=_slack(scheduler))
         counts["arrival"] += 1
     else:
@@ -187,20 +189,24 @@ def _plan(scheduler: Any) -> int | None:
     return admit
 
 
-def _arrival_expected(scheduler: Any) -> bool:
-    """``arrival_cap`` is on, a request finished since the last step was scheduled, and
-    a typical prompt is known: a closed loop's next request arrives during this step."""
-    return bool(getattr(scheduler, _ARRIVAL, False) and scheduler.finished_req_ids
-                and getattr(scheduler, _PROMPT, None) is not None)
-
-
 def note_prompts(scheduler: Any, out: Any) -> None:
-    """Fold the tokens each request new in ``out`` prefills in its first step into the
-    scheduler's typical prompt (a moving average, ``PROMPT_EMA``)."""
+    """Record the tokens each request new in ``out`` prefills in its first step (kept
+    until it finishes, ``finished_prompt``)."""
+    prompts = getattr(scheduler, _PROMPTS, None)
+    if prompts is None:
+        prompts = {}
+        setattr(scheduler, _PROMPTS, prompts)
     for new in out.scheduled_new_reqs:
-        n = out.num_scheduled_tokens.get(new.req_id, 0)
-        prev = getattr(scheduler, _PROMPT, None)
-        setattr(scheduler, _PROMPT, float(n) if prev is None else prev + PROMPT_EMA * (n - prev))
+        prompts[new.req_id] = out.num_scheduled_tokens.get(new.req_id, 0)
+
+
+def finished_prompt(scheduler: Any) -> float | None:
+    """Forget the requests that finished since the last step was scheduled (vLLM's
+    ``finished_req_ids``) and return the mean of what they prefilled in their first
+    step: the prompt a closed loop's next request likely brings. None: none finished."""
+    prompts = getattr(scheduler, _PROMPTS, None) or {}
+    seen = [prompts.pop(rid) for rid in scheduler.finished_req_ids if rid in prompts]
+    return sum(seen) / len(seen) if seen else None
 
 
 def prompts_next(scheduler: Any) -> bool:
