@@ -71,9 +71,9 @@ class SpecDecConfig:
     arrival_cap: bool = True
     """Step plan: a step scheduled after a request finished, and carrying no prefill,
     keeps only the verify tokens that lengthen it by ``ttft_slack`` of a step that
-    carries the finished request's prompt again. A client that sends its next request when an answer ends
-    (a chat user, a closed-loop benchmark) finds that step running and waits for it
-    before its own prefill. Off: such a step verifies every draft."""
+    carries the finished request's prompt again. A client that sends its next request
+    when an answer ends (a chat user, a closed-loop benchmark) finds that step running
+    and waits for it before its own prefill. Off: such a step verifies every draft."""
 
     prefill_split: bool = False
     """Step plan: when several waiting prompts could share one step, admit them one step

@@ -20,8 +20,9 @@ A new request also waits for the step that is running when it arrives, and in a 
 loop (a client that sends its next request when an answer ends) it arrives in the step
 right after a request finished. With ``arrival_cap`` on (the default), such a step may
 hold only the verify tokens that lengthen it by ``ttft_slack`` of a step carrying the
-finished request's prompt, the likeliest size of its client's next (``arrival_allowance``): the two steps then add at most 2 × ttft_slack
-of that prefill step to the new request's first token. Other steps without a prefill
+finished request's prompt, the likeliest size of its client's next
+(``arrival_allowance``): the two steps then add at most 2 × ttft_slack of that prefill
+step to the new request's first token. Other steps without a prefill
 keep every draft: the proposer priced k for them already.
 Cutting drafts is always exact: the target verifies a prefix of the same proposal, and
 admission order changes only when a request runs, never what it computes.

@@ -211,6 +211,7 @@ def test_the_step_after_a_request_finished_is_cut_for_the_next_arrival():
 
 def test_the_arrival_is_priced_with_the_finished_requests_prompt_and_nothing_outlives_them():
     s = SimpleNamespace(finished_req_ids=set())
+    setattr(s, scheduler_plan._ARRIVAL, True)
     scheduler_plan.note_prompts(s, SimpleNamespace(
         scheduled_new_reqs=[SimpleNamespace(req_id="n"), SimpleNamespace(req_id="m")],
         num_scheduled_tokens={"n": 100, "m": 300, "a": 1}))
@@ -219,3 +220,8 @@ def test_the_arrival_is_priced_with_the_finished_requests_prompt_and_nothing_out
     assert scheduler_plan.finished_prompt(s) == 200.0
     assert getattr(s, scheduler_plan._PROMPTS) == {}          # forgotten once finished
     assert scheduler_plan.finished_prompt(s) is None
+    off = SimpleNamespace(finished_req_ids=set())              # arrival_cap off: no record
+    setattr(off, scheduler_plan._ARRIVAL, False)
+    scheduler_plan.note_prompts(off, SimpleNamespace(
+        scheduled_new_reqs=[SimpleNamespace(req_id="n")], num_scheduled_tokens={"n": 100}))
+    assert not getattr(off, scheduler_plan._PROMPTS, None)

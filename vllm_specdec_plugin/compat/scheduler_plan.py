@@ -191,7 +191,9 @@ def _plan(scheduler: Any) -> int | None:
 
 def note_prompts(scheduler: Any, out: Any) -> None:
     """Record the tokens each request new in ``out`` prefills in its first step (kept
-    until it finishes, ``finished_prompt``)."""
+    until it finishes, ``finished_prompt``); nothing when ``arrival_cap`` is off."""
+    if not getattr(scheduler, _ARRIVAL, False):
+        return
     prompts = getattr(scheduler, _PROMPTS, None)
     if prompts is None:
         prompts = {}
