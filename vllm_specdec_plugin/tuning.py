@@ -119,6 +119,10 @@ CREDIT_MAX = 1.0
 # 1.02x, throughput 1.04x vs 1.05x, repetitions overlapping. Bench pair, unique, c = 4,
 # AVX2 float32, 2 reps (results/2026-11-29-da38eb3-serving-bench-unique-c4-f32-ttft/):
 # TTFT p50 1.07x vs 1.04x, throughput 1.15x vs 1.11x (lower for 0 in both reps).
+# Chat, smol, c = 4 / 8 / 2 req/s, AVX-512-bf16 EPYC, bf16, 3 reps
+# (results/2026-11-30-99870aa-serving-smol-sharegpt-c4-c8-rate2-bf16-ttft0/): TTFT p50
+# c = 4 1.13x vs 1.09x (reps overlapping), throughput c = 8 1.01x vs 0.99x (lower for 0
+# in every rep), TPOT p50 c = 8 1.06x vs 1.11x.
 # 0 trades throughput for a few points of first token; other values not measured.
 TTFT_SLACK = 0.05
 # The same slack prices ``arrival_cap`` (config default on, compat/scheduler_plan.py),

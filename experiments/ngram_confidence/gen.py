@@ -1,10 +1,15 @@
-"""Target greedy answers to held-out ShareGPT prompts, for the n-gram replay (sim.py).
+"""Target greedy answers, for the n-gram replay (sim.py).
 
     VLLM_PLUGINS="" python experiments/ngram_confidence/gen.py --n 320 --out DIR/answers.jsonl
+    VLLM_PLUGINS="" python experiments/ngram_confidence/gen.py --pair bench --n 320 --out DIR/answers.jsonl
 
-The smol target through vLLM's offline engine (no speculation), greedy, 128 tokens,
-chat template; prompts from ``workloads.sharegpt_pool`` with a seed other than the
-serving benchmark's. Writes one JSON line per prompt: prompt ids, output ids.
+smol (default): the smol target through vLLM's offline engine (no speculation), greedy,
+128 tokens, chat template; prompts from ``workloads.sharegpt_pool`` with a seed other
+than the serving benchmark's. bench: the bench target on the ``unique`` workload's
+held-out code prompts (``workloads.unique_code_prompts``, raw completion as the
+serving benchmark sends them), greedy, 96 tokens past any EOS (the serving runs'
+longest answer; they send ``--ignore-eos``).
+Writes one JSON line per prompt: prompt ids, output ids.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.workloads import sharegpt_pool
+from benchmarks.workloads import sharegpt_pool, unique_code_prompts
 from specdec_fixtures.layout import pair_dir
 
 
@@ -21,16 +26,23 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=320)
     ap.add_argument("--seed", type=int, default=12345)
+    ap.add_argument("--pair", choices=("smol", "bench"), default="smol")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     from vllm import LLM, SamplingParams
 
-    target = str(pair_dir("smol") / "target")
-    pool = sharegpt_pool(target, 128, 2048, args.seed)[: args.n]
-    llm = LLM(target, dtype="bfloat16", max_model_len=2048, seed=0, enforce_eager=False)
-    tok = llm.get_tokenizer()
-    msgs = [[{"role": "user", "content": c["conversations"][0]["value"]}] for c in pool]
-    outs = llm.chat(msgs, SamplingParams(temperature=0.0, max_tokens=128, ignore_eos=False))
+    target = str(pair_dir(args.pair) / "target")
+    if args.pair == "bench":
+        llm = LLM(target, dtype="bfloat16", max_model_len=1024, seed=0, enforce_eager=False)
+        tok = llm.get_tokenizer()
+        prompts = unique_code_prompts()[: args.n]
+        outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=96, ignore_eos=True))
+    else:
+        pool = sharegpt_pool(target, 128, 2048, args.seed)[: args.n]
+        llm = LLM(target, dtype="bfloat16", max_model_len=2048, seed=0, enforce_eager=False)
+        tok = llm.get_tokenizer()
+        msgs = [[{"role": "user", "content": c["conversations"][0]["value"]}] for c in pool]
+        outs = llm.chat(msgs, SamplingParams(temperature=0.0, max_tokens=128, ignore_eos=False))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w") as f:
         for o in outs:

@@ -78,12 +78,12 @@ def play(out: list[int], k: int, draft, emit, per_round: list) -> None:
         t += a + 1
 
 
-def replay(rows: list[dict], mod, k: int, min_prob: float | None) -> dict:
+def replay(rows: list[dict], mod, k: int, min_prob: float | None, max_n: int = 4) -> dict:
     kw = {} if min_prob is None else {"min_prob": min_prob}
-    corpus = mod.CorpusIndex(65536, 4, CORPUS_MIN_N if mod is new else 3, **kw)
+    corpus = mod.CorpusIndex(65536, max_n, CORPUS_MIN_N if mod is new else 3, **kw)
     per_round: list = []
     for r in rows:
-        own = mod.NGramIndex(mod.NGramConfig(4, 1, 1024, **kw), r["prompt"])
+        own = mod.NGramIndex(mod.NGramConfig(max_n, 1, 1024, **kw), r["prompt"])
         play(r["output"], k, lambda n: drafts_for(mod, own, corpus, n), own.extend, per_round)
         corpus.add(r["prompt"] + r["output"])
     return summary(per_round)
@@ -133,6 +133,8 @@ def main() -> None:
     ap.add_argument("--probs", default="0,0.05,0.1,0.15,0.2,0.3,0.5")
     ap.add_argument("--prior", type=float, default=None,
                     help="the confidence's prior count (tuning.NGRAM_PRIOR) for the current index")
+    ap.add_argument("--max-n", default="4",
+                    help="comma-separated longest contexts (ngram_max_n) for the current index")
     ap.add_argument("--suffix-site", type=Path, default=None,
                     help="arctic-inference's install folder (.cache/suffix/site)")
     args = ap.parse_args()
@@ -142,19 +144,22 @@ def main() -> None:
     old = module_at(BEFORE, "vllm_specdec_plugin/ngram.py", "ngram_before")
     out = {"answers": len(rows), "k": args.k,
            "before (most recent, no threshold)": replay(rows, old, args.k, None)}
-    for p in [float(x) for x in args.probs.split(",")]:
-        out[f"current, prior {new.NGRAM_PRIOR}, min_prob {p}"] = replay(rows, new, args.k, p)
+    for n in [int(x) for x in args.max_n.split(",")]:
+        for p in [float(x) for x in args.probs.split(",")]:
+            name = f"current, prior {new.NGRAM_PRIOR}, min_prob {p}" + (f", max_n {n}" if n != 4 else "")
+            out[name] = replay(rows, new, args.k, p, n)
     if args.suffix_site:
         sys.path.insert(0, str(args.suffix_site))
         out["in-tree suffix (depth 24, min_prob 0.1)"] = replay_suffix(rows, args.k)
     cols = ["drafted_per_round", "accepted_per_round", "alpha_per_draft_token"] + \
         [f"tokens_per_cost@{c}" for c in (0.02, 0.05, 0.1, 0.2, 0.4)]
     print(f"{len(rows)} answers, k {args.k}")
-    print(f"{'variant':40} " + " ".join(f"{c[:22]:>22}" for c in cols))
+    print(f"{'variant':52} " + " ".join(f"{c[:22]:>22}" for c in cols))
     for name, r in out.items():
         if isinstance(r, dict):
-            print(f"{name:40} " + " ".join(f"{r[c]:22.3f}" for c in cols))
-    tag = "" if args.prior is None else f"-prior{args.prior:g}"
+            print(f"{name:52} " + " ".join(f"{r[c]:22.3f}" for c in cols))
+    tag = ("" if args.prior is None else f"-prior{args.prior:g}") + \
+        ("" if args.max_n == "4" else f"-n{args.max_n.replace(',', '-')}")
     (args.answers.parent / f"sim-k{args.k}{tag}.json").write_text(json.dumps(out, indent=1))
 
 
