@@ -122,7 +122,9 @@ CREDIT_MAX = 1.0
 # Chat, smol, c = 4 / 8 / 2 req/s, AVX-512-bf16 EPYC, bf16, 3 reps
 # (results/2026-11-30-99870aa-serving-smol-sharegpt-c4-c8-rate2-bf16-ttft0/): TTFT p50
 # c = 4 1.13x vs 1.09x (reps overlapping), throughput c = 8 1.01x vs 0.99x (lower for 0
-# in every rep), TPOT p50 c = 8 1.06x vs 1.11x.
+# in every rep), TPOT p50 c = 8 1.06x vs 1.11x. Bench pair, unique, c = 4, bf16, 3 reps
+# (results/2026-11-30-d7a2a54-serving-bench-unique-c4-bf16-first-token/): TTFT p50
+# 1.16x vs 1.09x (0 within 1.10x in every rep), throughput 1.18x vs 1.16x.
 # 0 trades throughput for a few points of first token; other values not measured.
 TTFT_SLACK = 0.05
 # The same slack prices ``arrival_cap`` (config default on, compat/scheduler_plan.py),
