@@ -138,6 +138,10 @@ TABLE: list[Entry] = [
     # to k whatever the followers' frequencies): what the threshold does, in one run.
     Entry("plugin-hybrid-adaptive-p0", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "ngram_min_prob": 0.0}),
+    # The n-gram stage keyed on up to 8 tokens of context (default 4): the replay on
+    # the bench pair's unique code accepted 4 % more a round (2026-11-30), served here.
+    Entry("plugin-hybrid-adaptive-n8", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "ngram_max_n": 8}),
     # The plugin's floor: n-gram drafting that never drafts (no follower reaches a
     # confidence of 1), adaptive, no draft model. Every step runs the proposer's
     # planning and verifies nothing: what the machinery costs where speculation can't pay.
