@@ -85,7 +85,8 @@ class SpecDecConfig:
     as its token budget holds, as without speculation."""
 
     ngram_max_n: int = 4
-    """Longest context (tokens) the n-gram stage matches; longer matches win."""
+    """Longest context (tokens) the n-gram stage matches; longer matches win. 8 served
+    the same as 4 on unique code at c = 8 and 16 (docs/benchmarks.md, the n-gram prior)."""
 
     ngram_min_n: int = 1
     """Shortest context (tokens) the n-gram stage accepts as a match."""
