@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from vllm_specdec_plugin.errors import SpecDecConfigError
-from vllm_specdec_plugin.tuning import (K_CEILING, MAX_K, NGRAM_MIN_PROB, PRIOR_ALPHA, ROW_SLACK,
-                                        STEP_MIN_GAIN, TTFT_SLACK)
+from vllm_specdec_plugin.tuning import (K_CEILING, MAX_K, NGRAM_MAX_N, NGRAM_MIN_PROB, PRIOR_ALPHA,
+                                        ROW_SLACK, STEP_MIN_GAIN, TTFT_SLACK)
 
 # The draft dtypes the plugin takes, with their bytes per element: the one dtype map.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -84,9 +84,8 @@ class SpecDecConfig:
     much) and the deferred one waits a step longer. Off (default): vLLM admits as many
     as its token budget holds, as without speculation."""
 
-    ngram_max_n: int = 4
-    """Longest context (tokens) the n-gram stage matches; longer matches win. 8 served
-    the same as 4 on unique code at c = 8 and 16 (docs/benchmarks.md, the n-gram prior)."""
+    ngram_max_n: int = NGRAM_MAX_N
+    """Longest context (tokens) the n-gram stage matches; longer matches win."""
 
     ngram_min_n: int = 1
     """Shortest context (tokens) the n-gram stage accepts as a match."""

@@ -33,7 +33,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from vllm_specdec_plugin.tuning import NGRAM_MIN_PROB, NGRAM_PRIOR
+from vllm_specdec_plugin.tuning import NGRAM_MAX_N, NGRAM_MIN_PROB, NGRAM_PRIOR
 
 __all__ = ["NGramConfig", "NGramIndex", "propose_reference"]
 
@@ -44,7 +44,7 @@ Followers = dict[int, int]  # following token -> occurrences
 class NGramConfig:
     """Matching parameters. All lengths are in tokens."""
 
-    max_n: int = 4
+    max_n: int = NGRAM_MAX_N
     """Longest suffix n-gram tried first."""
     min_n: int = 1
     """Shortest suffix n-gram accepted; below it the draft stops."""
@@ -137,7 +137,7 @@ def ngram_keys(toks: list[int], lo: int, hi: int, n: int) -> list[tuple[int, ...
 def propose_reference(
     history: Sequence[int] | np.ndarray,
     k: int,
-    max_n: int = 4,
+    max_n: int = NGRAM_MAX_N,
     min_n: int = 1,
     window: int = 1024,
     min_prob: float = NGRAM_MIN_PROB,

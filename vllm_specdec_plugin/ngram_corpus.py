@@ -15,7 +15,7 @@ import numpy as np
 
 from vllm_specdec_plugin.ngram import (Followers, as_int_list, check_k, check_prob, choose,
                                        count_in, count_out, ngram_keys)
-from vllm_specdec_plugin.tuning import NGRAM_MIN_PROB
+from vllm_specdec_plugin.tuning import NGRAM_MAX_N, NGRAM_MIN_PROB
 
 __all__ = ["CorpusIndex"]
 
@@ -41,7 +41,7 @@ class CorpusIndex:
     MAX_EXTEND = 64  # tokens: how far back a match's length is measured
     MIN_LONG_N = 16  # tokens: the key length that finds a replay's own earlier position
 
-    def __init__(self, max_tokens: int, max_n: int = 4, min_n: int = 3,
+    def __init__(self, max_tokens: int, max_n: int = NGRAM_MAX_N, min_n: int = 3,
                  min_prob: float = NGRAM_MIN_PROB) -> None:
         if not (max_n >= min_n >= 1) or max_tokens <= max_n:
             raise ValueError(f"CorpusIndex needs max_n >= min_n >= 1 and max_tokens > max_n; "

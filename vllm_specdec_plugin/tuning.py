@@ -58,6 +58,12 @@ MATCH_DECAY = 0.98  # not measured: ~50 rounds per bucket; buckets see many requ
 # c = 8; before, in other runs, 1.00x at c = 1 (smol), 0.97x and 0.93x at c = 8.
 NGRAM_PRIOR = 0.5
 NGRAM_MIN_PROB = 0.1
+# The longest context (tokens) the n-gram indexes key on. 8 against 4 on the bench pair's
+# unique code, AVX-512-bf16 EPYC: replayed (results/2026-11-30-ngram-context-replay-bench/)
+# 3.10 against 2.98 accepted tokens a round at k 8 (16: 3.05); served at c = 8 / 16, 2 reps
+# (results/2026-11-30-381f27b-serving-bench-unique-c8-c16-bf16-ngram-n8/) 1.03x / 0.98x
+# against 1.02x / 0.97x, no more accepted tokens a cell. 4 keeps half the index updates.
+NGRAM_MAX_N = 4
 MATCH_ALPHA_MIN = 1e-3  # numerical: log-odds of α stay finite
 SHADOW_K = 8  # not measured: drafts per shadow proposal, decided within 8 committed tokens
 SHADOW_ROWS = 4  # not measured: new shadow proposals per step (CPU: one n-gram lookup each)

@@ -32,15 +32,14 @@ def main() -> None:
     from vllm import LLM, SamplingParams
 
     target = str(pair_dir(args.pair) / "target")
+    max_model_len = 1024 if args.pair == "bench" else 2048  # as the serving runs of each pair
+    llm = LLM(target, dtype="bfloat16", max_model_len=max_model_len, seed=0, enforce_eager=False)
+    tok = llm.get_tokenizer()
     if args.pair == "bench":
-        llm = LLM(target, dtype="bfloat16", max_model_len=1024, seed=0, enforce_eager=False)
-        tok = llm.get_tokenizer()
         prompts = unique_code_prompts()[: args.n]
         outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=96, ignore_eos=True))
     else:
-        pool = sharegpt_pool(target, 128, 2048, args.seed)[: args.n]
-        llm = LLM(target, dtype="bfloat16", max_model_len=2048, seed=0, enforce_eager=False)
-        tok = llm.get_tokenizer()
+        pool = sharegpt_pool(target, 128, max_model_len, args.seed)[: args.n]
         msgs = [[{"role": "user", "content": c["conversations"][0]["value"]}] for c in pool]
         outs = llm.chat(msgs, SamplingParams(temperature=0.0, max_tokens=128, ignore_eos=False))
     args.out.parent.mkdir(parents=True, exist_ok=True)

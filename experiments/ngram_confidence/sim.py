@@ -32,6 +32,7 @@ import types
 from pathlib import Path
 
 from vllm_specdec_plugin import ngram, ngram_corpus
+from vllm_specdec_plugin.tuning import NGRAM_MAX_N
 
 # The current index: its two modules seen as one, as the old ngram.py held both.
 new = types.SimpleNamespace(**vars(ngram), CorpusIndex=ngram_corpus.CorpusIndex)
@@ -78,7 +79,7 @@ def play(out: list[int], k: int, draft, emit, per_round: list) -> None:
         t += a + 1
 
 
-def replay(rows: list[dict], mod, k: int, min_prob: float | None, max_n: int = 4) -> dict:
+def replay(rows: list[dict], mod, k: int, min_prob: float | None, max_n: int = NGRAM_MAX_N) -> dict:
     kw = {} if min_prob is None else {"min_prob": min_prob}
     corpus = mod.CorpusIndex(65536, max_n, CORPUS_MIN_N if mod is new else 3, **kw)
     per_round: list = []
@@ -133,7 +134,7 @@ def main() -> None:
     ap.add_argument("--probs", default="0,0.05,0.1,0.15,0.2,0.3,0.5")
     ap.add_argument("--prior", type=float, default=None,
                     help="the confidence's prior count (tuning.NGRAM_PRIOR) for the current index")
-    ap.add_argument("--max-n", default="4",
+    ap.add_argument("--max-n", default=str(NGRAM_MAX_N),
                     help="comma-separated longest contexts (ngram_max_n) for the current index")
     ap.add_argument("--suffix-site", type=Path, default=None,
                     help="arctic-inference's install folder (.cache/suffix/site)")
@@ -146,7 +147,8 @@ def main() -> None:
            "before (most recent, no threshold)": replay(rows, old, args.k, None)}
     for n in [int(x) for x in args.max_n.split(",")]:
         for p in [float(x) for x in args.probs.split(",")]:
-            name = f"current, prior {new.NGRAM_PRIOR}, min_prob {p}" + (f", max_n {n}" if n != 4 else "")
+            name = f"current, prior {new.NGRAM_PRIOR}, min_prob {p}" + \
+                (f", max_n {n}" if n != NGRAM_MAX_N else "")
             out[name] = replay(rows, new, args.k, p, n)
     if args.suffix_site:
         sys.path.insert(0, str(args.suffix_site))
@@ -159,7 +161,7 @@ def main() -> None:
         if isinstance(r, dict):
             print(f"{name:52} " + " ".join(f"{r[c]:22.3f}" for c in cols))
     tag = ("" if args.prior is None else f"-prior{args.prior:g}") + \
-        ("" if args.max_n == "4" else f"-n{args.max_n.replace(',', '-')}")
+        ("" if args.max_n == str(NGRAM_MAX_N) else f"-n{args.max_n.replace(',', '-')}")
     (args.answers.parent / f"sim-k{args.k}{tag}.json").write_text(json.dumps(out, indent=1))
 
 
