@@ -142,6 +142,10 @@ TABLE: list[Entry] = [
     # the bench pair's unique code accepted 4 % more a round (2026-11-30), served here.
     Entry("plugin-hybrid-adaptive-n8", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "ngram_max_n": 8}),
+    # Adaptive n-gram drafting alone (no draft model, so no draft prefill or draft
+    # rounds): against hybrid, what the draft model costs and buys under load.
+    Entry("plugin-ngram-adaptive", "plugin-nodraft", (8,),
+          specdec={"method": "ngram", "adaptive": True}),
     # The plugin's floor: n-gram drafting that never drafts (no follower reaches a
     # confidence of 1), adaptive, no draft model. Every step runs the proposer's
     # planning and verifies nothing: what the machinery costs where speculation can't pay.
