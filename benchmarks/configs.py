@@ -142,6 +142,10 @@ TABLE: list[Entry] = [
     # the bench pair's unique code accepted 4 % more a round (2026-11-30), served here.
     Entry("plugin-hybrid-adaptive-n8", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "ngram_max_n": 8}),
+    # Without the host gate (every step planned, as before 2026-11-30): against the
+    # default, what skipping planning where it does not pay its host time buys under load.
+    Entry("plugin-hybrid-adaptive-nogate", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "host_gate": False}),
     # Adaptive n-gram drafting alone (no draft model, so no draft prefill or draft
     # rounds): against hybrid, what the draft model costs and buys under load.
     Entry("plugin-ngram-adaptive", "plugin-nodraft", (8,),

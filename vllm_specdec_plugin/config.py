@@ -134,6 +134,12 @@ class SpecDecConfig:
     and they spend it in the fewer steps), so they give up throughput: 0.10 measured
     2-4 % below 0.02 on chat at c = 8 and 16 (``tuning.STEP_MIN_GAIN``)."""
 
+    host_gate: bool = True
+    """Adaptive: skip planning (every row's lookup and pricing, the draft round) at a
+    batch size where the target time its verifications saved has fallen short of the
+    host time planning took, probing now and then (``host_gate``). Rows then decode
+    plainly. Off: every step is planned."""
+
     num_speculative_tokens: int = 4
     """k: draft tokens proposed per request and round (vLLM's num_speculative_tokens)."""
 
@@ -208,6 +214,9 @@ class SpecDecConfig:
         if not isinstance(self.arrival_cap, bool):
             raise SpecDecConfigError(
                 f"arrival_cap must be true or false, got {self.arrival_cap!r}. Fix: use a JSON boolean.")
+        if not isinstance(self.host_gate, bool):
+            raise SpecDecConfigError(
+                f"host_gate must be true or false, got {self.host_gate!r}. Fix: use a JSON boolean.")
         if not isinstance(self.prefill_split, bool):
             raise SpecDecConfigError(
                 f"prefill_split must be true or false, got {self.prefill_split!r}. "

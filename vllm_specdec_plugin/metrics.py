@@ -24,7 +24,7 @@ _SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 
 NO_DRAFT_REASONS = ("pool_full", "length_guard", "adaptive", "batch", "load", "ngram_miss",
                     "prefill_budget", "prompt_next", "slows_others", "grammar_reasoning",
-                    "grammar_diverged")
+                    "grammar_diverged", "host_time")
 STEP_KINDS = ("verify", "plain")
 SOURCES = ("draft", "ngram", "none")
 SHADOW_OUTCOMES = ("drafted", "accepted")

@@ -24,6 +24,7 @@ cost model (``step_cost``); the module map in docs/design.md names the rest.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from typing import Any
 
@@ -39,6 +40,7 @@ from vllm_specdec_plugin.config import SpecDecConfig, from_vllm_config, resolve_
 from vllm_specdec_plugin.draft.checks import check_draft_compatible, resolve_draft_path
 from vllm_specdec_plugin.draft.batch import DraftBatch
 from vllm_specdec_plugin.draft.setup import load_draft, log_vocab_buffers
+from vllm_specdec_plugin.host_gate import HostGate
 from vllm_specdec_plugin.kv import BlockAllocator
 from vllm_specdec_plugin.match_pricing import MatchAlpha, MatchKey
 from vllm_specdec_plugin.metrics import ProposerMetrics
@@ -111,6 +113,8 @@ class DraftModelProposer:
         self.rounds = DraftBatch(self.config.draft_sampling, self.grammars, self.vocab_size,
                                  self.stats, self.metrics, self.step_cost)
         self.steps = StepRecorder(self.step_cost, self.metrics, self.config.row_slack)
+        # adaptive: plan only where verification saves more than planning costs the host
+        self.gate = HostGate() if self.config.adaptive and self.config.host_gate else None
         self.shadows = ShadowBook(self.controllers["ngram"], self.match_alpha,
                                   self.planner.shadow_drafts, self.stats, self.metrics) \
             if self.match_alpha is not None else None
@@ -219,8 +223,10 @@ class DraftModelProposer:
         if self.runner is None or not self.ready:
             return out  # warm-up before the first scheduler output
         req_ids = runner_hooks.batch_req_ids(self.runner)
-        self.steps.end(sampled_token_ids, req_ids, self.requests,
-                       runner_hooks.take_exact_sampler_seconds(self.runner))
+        saved = self.steps.end(sampled_token_ids, req_ids, self.requests,
+                               runner_hooks.take_exact_sampler_seconds(self.runner))
+        if self.gate is not None:
+            self.gate.book(saved)
         drafted0, accepted0 = self.stats.drafted, self.stats.accepted
         rows = [r for r, sampled in enumerate(sampled_token_ids) if sampled]
         for row in rows:  # roll back first: the controllers learn from this verification
@@ -230,6 +236,9 @@ class DraftModelProposer:
                                   int(num_tokens_no_spec[row]))
         self.metrics.verified(self.stats.drafted - drafted0, self.stats.accepted - accepted0)
         batch = len(rows)
+        if self.gate is not None and not self.prompts_next and not self.gate.plan(batch):
+            return self._skip_step(out, rows, req_ids, num_tokens_no_spec)
+        t_plan = time.perf_counter()
         choices = {}
         for src, c in self.controllers.items():
             if self.config.adaptive:
@@ -294,6 +303,8 @@ class DraftModelProposer:
                                                            .source == "ngram")],
                                  req_ids, self.requests, token_ids_cpu, num_tokens_no_spec,
                                  self._end)
+        if self.gate is not None and not self.prompts_next and rows:
+            self.gate.planned(batch, time.perf_counter() - t_plan)
         verifies = any(out)
         if verifies:
             self.stats.rounds += 1
@@ -307,6 +318,19 @@ class DraftModelProposer:
         self._step_no_draft.clear()
         if self.allocator is not None:
             self.metrics.kv_blocks(self.allocator.num_used, self.allocator.num_blocks)
+        return out
+
+    def _skip_step(self, out: list[list[int]], rows: list[int], req_ids: list[str],
+                   num_tokens_no_spec: np.ndarray) -> list[list[int]]:
+        """No planning this step (``host_gate``): every row decodes plainly, counted
+        as "host_time"; the controllers' step begins without choosing."""
+        for row in rows:
+            self.planner.hold(self.requests[req_ids[row]], int(num_tokens_no_spec[row]),
+                              "host_time", self._end(row, req_ids[row]))
+        for c in self.controllers.values():
+            c.begin_step()
+        self.metrics.step_done((), self._step_no_draft, Counter(none=len(rows)), 0)
+        self._step_no_draft.clear()
         return out
 
     # ------------------------------------------------------------ bookkeeping

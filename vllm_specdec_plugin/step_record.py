@@ -66,6 +66,15 @@ def split_tokens(sampled_token_ids: list[list[int]], req_ids: list[str],
     return n, m, rows, verify
 
 
+def saved_seconds(emitted: int, rows: int, plain_s: float, whole_s: float,
+                  spec_s: float) -> float:
+    """Target seconds a decode step saved: what plain steps at its ``rows`` (``plain_s``
+    each, one token a row) would take for the ``emitted`` tokens, less its predicted
+    time ``whole_s`` and σ's ``spec_s``. Predicted, not measured, so that a plain step
+    saves exactly 0 (emitted = rows, whole = plain) and timer noise books nothing."""
+    return emitted * plain_s / max(rows, 1) - whole_s - spec_s
+
+
 class StepRecorder:
     """The step timer: ``begin`` at the scheduler output, ``end`` in propose()."""
 
@@ -86,17 +95,20 @@ class StepRecorder:
         self._gap = 0.0 if self._last_end is None else self._t0 - self._last_end
 
     def end(self, sampled_token_ids: list[list[int]], req_ids: list[str],
-            requests: Mapping[str, Any], exact_s: float) -> None:
-        """Record the step that just ended; ``exact_s``: its exact sampler seconds."""
+            requests: Mapping[str, Any], exact_s: float) -> float | None:
+        """Record the step that just ended; ``exact_s``: its exact sampler seconds.
+
+        Returns the target seconds it saved against plain decoding (``saved``; 0 for a
+        step that verified nothing), or None for a step with a prefill or unpriced."""
         if self._t0 is None:
-            return
+            return None
         now = time.perf_counter()
         seconds = now - self._t0
         self._t0 = None
         self._last_end = now
         split = split_tokens(sampled_token_ids, req_ids, requests, self._scheduled)
         if split is None:
-            return
+            return None
         n, m, rows, verify = split
         # The exact sampler runs only on verifying (and seeded) steps: priced apart as
         # σ, so the fit sees the forward's cost per token, not a jump at the first draft.
@@ -106,18 +118,22 @@ class StepRecorder:
         if n + m:
             self.cost.observe_target_step(seconds - exact_s, n, m, rows)
         if m:
-            return
+            return None
         plain, whole = self.cost.step_time(rows), self.cost.step_time(n, rows=rows)
+        emitted = sum(len(s) for s in sampled_token_ids)
+        saved = None
         if plain and whole:  # F: the step in plain steps at its batch, as fair_ks predicts
             step = whole / plain + (self.cost.fixed_cost(rows) if verify else 0.0)
             settle(sampled_token_ids, req_ids, requests, step, self.slack)
-        emitted = sum(len(s) for s in sampled_token_ids)
+            saved = saved_seconds(emitted, rows, plain, whole,
+                                  (self.cost.spec_seconds() or 0.0) if verify else 0.0)
         self.metrics.target_step("verify" if verify else "plain", seconds, emitted)
         if verify:
             self.cost.observe_spec_overhead(exact_s)
         if now - self._logged > FIT_LOG_S:
             self._logged = now
             self.log_fit(rows)
+        return saved
 
     def _log_step(self, seconds: float, exact_s: float, n: int, m: int, rows: int,
                   verify: bool, sampled_token_ids: list[list[int]]) -> None:

@@ -37,6 +37,14 @@ MIN_VAR_TOKENS = 1e-6  # numerical: weighted variance (tokens²) below which a s
 FIT_LOG_S = 60.0  # not measured: the step cost fit is logged at most once a minute (step_record)
 MIN_DET = 1e-4  # numerical: relative determinant below which two regressors cannot be told apart
 
+# -- whether planning pays its host time (host_gate.py) ------------------------------
+# Not measured against other values: the gate compares decayed sums of (plan host
+# seconds, target seconds its verification saved) per batch bucket, so only the memory
+# and the evidence needed before it may skip are set here. Its effect (on against off)
+# is in docs/benchmarks.md.
+HOST_GATE_DECAY = 0.95  # not measured: ~20 planned steps of memory per batch bucket
+HOST_GATE_MIN_PAIRS = 8.0  # not measured: decayed count of planned steps a bucket needs before it may skip (~10 steps)
+
 # -- n-gram pricing and shadows (match_pricing.py, shadow.py) -----------------------
 MATCH_PRIOR_WEIGHT = 4.0  # not measured: a match bucket's prior counts as 4 trials (as PRIOR_WEIGHT)
 MATCH_DECAY = 0.98  # not measured: ~50 rounds per bucket; buckets see many requests, so a longer window

@@ -1,0 +1,92 @@
+"""Where the proposer's host time goes: cProfile of ``DraftModelProposer.propose`` in an
+in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) on the smol pair's ShareGPT
+chat, all prompts at once (as a closed loop at c = n starts).
+
+    PYTHONPATH=. python experiments/host_time/profile_propose.py --n 64 --config hybrid
+
+Prints propose()'s mean ms per call by batch size, then its top functions by
+cumulative time. Not a benchmark: the profiler slows Python code several-fold; read
+the shares, not the milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import collections
+import os
+import pstats
+import time
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+CONFIGS = {  # the serving benchmark's configs of the same names
+    "hybrid": {"method": "hybrid", "adaptive": True},
+    "ngram": {"method": "ngram", "adaptive": True},
+    "floor": {"method": "ngram", "adaptive": True, "ngram_min_prob": 1.0},
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="hybrid")
+    ap.add_argument("--profile", action="store_true", help="cProfile propose() (slower)")
+    ap.add_argument("--top", type=int, default=30)
+    args = ap.parse_args()
+    from vllm import LLM, SamplingParams
+
+    from benchmarks.workloads import sharegpt_pool
+    from specdec_fixtures.layout import pair_dir
+    import vllm_specdec_plugin.proposer as proposer_mod
+
+    target, draft = str(pair_dir("smol") / "target"), str(pair_dir("smol") / "draft")
+    specdec = dict(CONFIGS[args.config])
+    if specdec["method"] != "ngram":
+        specdec["draft_model"] = draft
+    spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
+            "num_speculative_tokens": 8,
+            "draft_load_config": {"model_loader_extra_config": {"specdec": specdec}}}
+    llm = LLM(target, dtype="bfloat16", max_model_len=2048, seed=0, kv_cache_memory_bytes=2**29,
+              max_num_seqs=max(args.n, 8), speculative_config=spec)
+    pool = sharegpt_pool(target, 128, 2048, 7)[: args.n]
+    msgs = [[{"role": "user", "content": c["conversations"][0]["value"]}] for c in pool]
+
+    prof = cProfile.Profile()
+    per_rows: dict[int, list[float]] = collections.defaultdict(list)
+    orig = proposer_mod.DraftModelProposer.propose
+
+    def timed(self, sampled_token_ids, *a, **kw):  # noqa: ANN001
+        t = time.perf_counter()
+        if args.profile:
+            prof.enable()
+        try:
+            return orig(self, sampled_token_ids, *a, **kw)
+        finally:
+            if args.profile:
+                prof.disable()
+            rows = sum(1 for s in sampled_token_ids if s)
+            per_rows[rows].append(time.perf_counter() - t)
+
+    proposer_mod.DraftModelProposer.propose = timed
+    params = SamplingParams(temperature=0.0, max_tokens=128)
+    llm.chat(msgs[:2], params)  # warm-up
+    per_rows.clear()
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    outs = llm.chat(msgs, params)
+    wall = time.perf_counter() - t0
+    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    total = sum(sum(v) for v in per_rows.values())
+    print(f"{args.config}: {len(outs)} requests, {tokens} tokens in {wall:.1f} s; "
+          f"propose() {total:.2f} s in {sum(len(v) for v in per_rows.values())} calls")
+    for lo, hi in ((0, 0), (1, 8), (9, 32), (33, 64), (65, 10**6)):
+        v = [x for r, xs in per_rows.items() if lo <= r <= hi for x in xs]
+        if v:
+            print(f"  rows {lo}-{hi}: {len(v)} calls, mean {1000 * sum(v) / len(v):.2f} ms")
+    if args.profile:
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()
