@@ -8,7 +8,8 @@ drafts. For every running request the proposer
 
 1. rolls its draft KV back to the accepted length (``request_state.roll_back``);
 2. plans the round (``planning``): n-gram drafts, a draft-model plan, or none; with
-   adaptive k the step as a whole must pay its fixed cost (``batch_check``);
+   adaptive k the step as a whole must pay its fixed cost (``batch_check``), and
+   planning its host time (``host_gate``);
 3. runs the draft-model plans as one batched round (``draft/batch.py``, ``round.py``): the
    committed tokens the draft has not seen (lazy prefill, chunked under a budget),
    then k-1 decode passes, on vLLM's model class and attention backend over the
@@ -236,12 +237,12 @@ class DraftModelProposer:
                                   int(num_tokens_no_spec[row]))
         self.metrics.verified(self.stats.drafted - drafted0, self.stats.accepted - accepted0)
         batch = len(rows)
-        if self.gate is not None and not self.prompts_next and not self.gate.plan(batch):
-            return self._skip_step(out, rows, req_ids, num_tokens_no_spec)
+        # host_gate: at this batch size planning has cost more host time than it saved
+        skip = self.gate is not None and not self.prompts_next and not self.gate.plan(batch)
         t_plan = time.perf_counter()
         choices = {}
         for src, c in self.controllers.items():
-            if self.config.adaptive:
+            if self.config.adaptive and not skip:
                 choices[src] = c.choose([req_ids[r] for r in rows], batch)
             else:
                 c.begin_step()
@@ -251,14 +252,14 @@ class DraftModelProposer:
         backed_off0 = self.stats.backed_off
         probing = any(c.probing for c in self.controllers.values())
         load_probe = any(c.load_probing for c in self.controllers.values())
-        if self.prompts_next:
-            held = dict.fromkeys((req_ids[r] for r in rows), "prompt_next")
+        if self.prompts_next or skip:
+            held = dict.fromkeys((req_ids[r] for r in rows), "host_time" if skip else "prompt_next")
         elif self.config.adaptive:
             held = batch_check.held([req_ids[r] for r in rows], batch, choices, estimates,
                                     self.k, probing, self.config.step_min_gain)
         else:
             held = None
-        if held is not None:  # a prompt comes next, or no plan could pay: no rounds, no plans
+        if held is not None:  # no plan could pay, a prompt comes next, or the gate: no plans
             plans = []
             for row in rows:
                 self.planner.hold(self.requests[req_ids[row]], int(num_tokens_no_spec[row]),
@@ -298,17 +299,17 @@ class DraftModelProposer:
                 commit_round(p, "draft", self.stats)
         if drafting or ngram_plans:
             self.rounds.publish(self.runner, self.device, drafting, ngram_plans, sampler)
-        if self.shadows is not None:
+        if self.shadows is not None and not skip:
             self.shadows.propose([r for r in rows if not (out[r] and self.requests[req_ids[r]]
                                                            .source == "ngram")],
                                  req_ids, self.requests, token_ids_cpu, num_tokens_no_spec,
                                  self._end)
-        if self.gate is not None and not self.prompts_next and rows:
+        if self.gate is not None and not (self.prompts_next or skip) and rows:
             self.gate.planned(batch, time.perf_counter() - t_plan)
         verifies = any(out)
         if verifies:
             self.stats.rounds += 1
-        if self.config.adaptive:  # after every cut (batch check, grammar, pool): the truth
+        if self.config.adaptive and not skip:  # after every cut (batch check, grammar, pool): the truth
             for c in self.controllers.values():
                 c.step_verifies(verifies)
         self.metrics.step_done((len(d) for d in out if d), self._step_no_draft,
@@ -318,19 +319,6 @@ class DraftModelProposer:
         self._step_no_draft.clear()
         if self.allocator is not None:
             self.metrics.kv_blocks(self.allocator.num_used, self.allocator.num_blocks)
-        return out
-
-    def _skip_step(self, out: list[list[int]], rows: list[int], req_ids: list[str],
-                   num_tokens_no_spec: np.ndarray) -> list[list[int]]:
-        """No planning this step (``host_gate``): every row decodes plainly, counted
-        as "host_time"; the controllers' step begins without choosing."""
-        for row in rows:
-            self.planner.hold(self.requests[req_ids[row]], int(num_tokens_no_spec[row]),
-                              "host_time", self._end(row, req_ids[row]))
-        for c in self.controllers.values():
-            c.begin_step()
-        self.metrics.step_done((), self._step_no_draft, Counter(none=len(rows)), 0)
-        self._step_no_draft.clear()
         return out
 
     # ------------------------------------------------------------ bookkeeping
