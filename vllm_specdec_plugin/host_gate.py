@@ -16,6 +16,11 @@ exactly 0 for a step that verified nothing). Both add up, decayed, per batch buc
 short of its host time the proposer skips planning there: rows decode plainly, which
 is always exact, and only every ``interval``-th step plans (a probe), the interval
 doubling from ``PROBE_EVERY`` to ``PROBE_MAX`` while planning still does not pay.
+A probe plans n-gram drafts only (``probing``): after skipped steps every row's draft
+KV lags by the tokens since, and a draft-model round would first catch all of them
+up (served at c = 64: 170-250 ms probes, more than the skipped steps saved).
+The gate serves the n-gram methods ("ngram", "hybrid"): their per-row lookups are
+the host time it prices; a draft-model round is priced in c' already.
 """
 
 from __future__ import annotations
@@ -48,9 +53,11 @@ class HostGate:
         self.probe_every, self.probe_max = probe_every, probe_max
         self._buckets: dict[int, _Bucket] = {}
         self._pending: tuple[int, float] | None = None  # (bucket, host seconds) of the last plan
+        self.probing = False  # the last ``plan`` was a probe of a skipping bucket
 
     def plan(self, batch: int) -> bool:
         """Whether to plan the step at ``batch`` decoding rows (call once per step)."""
+        self.probing = False
         b = self._buckets.get(batch.bit_length())
         if b is None or not b.skipping:
             return True
@@ -58,7 +65,8 @@ class HostGate:
         if b.since < b.interval:
             return False
         b.since = 0
-        return True  # a probe
+        self.probing = True
+        return True
 
     def planned(self, batch: int, host_s: float) -> None:
         """A step at ``batch`` rows was planned in ``host_s`` seconds; ``book`` pairs it

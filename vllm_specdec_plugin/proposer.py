@@ -115,7 +115,8 @@ class DraftModelProposer:
                                  self.stats, self.metrics, self.step_cost)
         self.steps = StepRecorder(self.step_cost, self.metrics, self.config.row_slack)
         # adaptive: plan only where verification saves more than planning costs the host
-        self.gate = HostGate() if self.config.adaptive and self.config.host_gate else None
+        self.gate = HostGate() if self.config.adaptive and self.config.host_gate \
+            and "ngram" in self.controllers else None
         self.shadows = ShadowBook(self.controllers["ngram"], self.match_alpha,
                                   self.planner.shadow_drafts, self.stats, self.metrics) \
             if self.match_alpha is not None else None
@@ -241,17 +242,22 @@ class DraftModelProposer:
         skip = self.gate is not None and not self.prompts_next and not self.gate.plan(batch)
         t_plan = time.perf_counter()
         choices = {}
+        # a host gate probe plans n-gram drafts only (the draft KV lags: ``host_gate``)
+        gate_probe = self.gate is not None and not (skip or self.prompts_next) and self.gate.probing
         for src, c in self.controllers.items():
             if self.config.adaptive and not skip:
                 choices[src] = c.choose([req_ids[r] for r in rows], batch)
             else:
                 c.begin_step()
+        active = [c for src, c in self.controllers.items() if not (gate_probe and src == "draft")]
+        if gate_probe and "draft" in choices:
+            choices["draft"] = dict.fromkeys(choices["draft"], (0, "host_time"))
         estimates = {src: (self._ngram_alpha if src == "ngram" else c.alpha,
                            c.cost_per_draft(batch), c.fixed_cost(batch))
                      for src, c in self.controllers.items()}
         backed_off0 = self.stats.backed_off
-        probing = any(c.probing for c in self.controllers.values())
-        load_probe = any(c.load_probing for c in self.controllers.values())
+        probing = any(c.probing for c in active)
+        load_probe = any(c.load_probing for c in active)
         if self.prompts_next or skip:
             held = dict.fromkeys((req_ids[r] for r in rows), "host_time" if skip else "prompt_next")
         elif self.config.adaptive:

@@ -71,3 +71,15 @@ def test_saved_seconds():
     # a plain step saves exactly nothing; 8 rows emitting 12 tokens at 10 ms a plain step
     assert saved_seconds(8, 8, 0.010, 0.010, 0.0) == 0.0
     assert saved_seconds(12, 8, 0.010, 0.011, 0.001) == pytest.approx(0.015 - 0.012)
+
+
+def test_probing_marks_the_probe_steps_only():
+    gate = HostGate(decay=0.9, min_pairs=1, probe_every=2, probe_max=8)
+    assert gate.plan(64) and not gate.probing  # no evidence: a plain plan
+    gate.planned(64, 5e-3)
+    gate.book(0.0)
+    seen = []
+    for _ in range(4):
+        seen.append((gate.plan(64), gate.probing))
+        gate.book(0.0)  # nothing planned: nothing pending
+    assert seen == [(False, False), (True, True), (False, False), (True, True)]
