@@ -135,10 +135,10 @@ class SpecDecConfig:
     2-4 % below 0.02 on chat at c = 8 and 16 (``tuning.STEP_MIN_GAIN``)."""
 
     host_gate: bool = True
-    """Adaptive: skip planning (every row's lookup and pricing, the draft round) at a
-    batch size where the target time its verifications saved has fallen short of the
-    host time planning took, probing now and then (``host_gate``). Rows then decode
-    plainly. Off: every step is planned."""
+    """Adaptive, methods "ngram" and "hybrid": skip planning (every row's lookup and
+    pricing, the draft round) at a batch size where the target time its verifications
+    saved has fallen short of the host time planning took, probing with n-gram drafts
+    now and then (``host_gate``). Rows then decode plainly. Off: every step is planned."""
 
     num_speculative_tokens: int = 4
     """k: draft tokens proposed per request and round (vLLM's num_speculative_tokens)."""

@@ -40,8 +40,11 @@ MIN_DET = 1e-4  # numerical: relative determinant below which two regressors can
 # -- whether planning pays its host time (host_gate.py) ------------------------------
 # Not measured against other values: the gate compares decayed sums of (plan host
 # seconds, target seconds its verification saved) per batch bucket, so only the memory
-# and the evidence needed before it may skip are set here. Its effect (on against off)
-# is in docs/benchmarks.md.
+# and the evidence needed before it may skip are set here. On against off, smol chat,
+# c = 64, bf16, AVX-512-bf16 EPYC, 3 reps
+# (results/2026-11-30-abc3516-serving-smol-sharegpt-c64-bf16-host-gate-probe/): 1.00x
+# against 0.97x no speculation's throughput, ahead in every rep; c = 16 the same
+# throughput (results/2026-11-30-b55b3a0-serving-smol-sharegpt-c16-c64-bf16-host-gate/).
 HOST_GATE_DECAY = 0.95  # not measured: ~20 planned steps of memory per batch bucket
 HOST_GATE_MIN_PAIRS = 8.0  # not measured: decayed count of planned steps a bucket needs before it may skip (~10 steps)
 
