@@ -20,17 +20,13 @@ import time
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-CONFIGS = {  # the serving benchmark's configs of the same names
-    "hybrid": {"method": "hybrid", "adaptive": True},
-    "ngram": {"method": "ngram", "adaptive": True},
-    "floor": {"method": "ngram", "adaptive": True, "ngram_min_prob": 1.0},
-}
+from experiments.host_time.step_phases import CONFIGS, speculative_config  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=64)
-    ap.add_argument("--config", choices=sorted(CONFIGS), default="hybrid")
+    ap.add_argument("--config", choices=sorted(c for c in CONFIGS if CONFIGS[c]), default="hybrid")
     ap.add_argument("--profile", action="store_true", help="cProfile propose() (slower)")
     ap.add_argument("--top", type=int, default=30)
     args = ap.parse_args()
@@ -40,13 +36,8 @@ def main() -> None:
     from specdec_fixtures.layout import pair_dir
     import vllm_specdec_plugin.proposer as proposer_mod
 
-    target, draft = str(pair_dir("smol") / "target"), str(pair_dir("smol") / "draft")
-    specdec = dict(CONFIGS[args.config])
-    if specdec["method"] != "ngram":
-        specdec["draft_model"] = draft
-    spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
-            "num_speculative_tokens": 8,
-            "draft_load_config": {"model_loader_extra_config": {"specdec": specdec}}}
+    target = str(pair_dir("smol") / "target")
+    spec = speculative_config(args.config)
     llm = LLM(target, dtype="bfloat16", max_model_len=2048, seed=0, kv_cache_memory_bytes=2**29,
               max_num_seqs=max(args.n, 8), speculative_config=spec)
     pool = sharegpt_pool(target, 128, 2048, 7)[: args.n]

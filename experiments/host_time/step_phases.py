@@ -29,6 +29,20 @@ CONFIGS = {
 }
 
 
+def speculative_config(name: str) -> dict | None:
+    """vLLM's ``speculative_config`` for config ``name`` on the smol pair (k 8)."""
+    from specdec_fixtures.layout import pair_dir
+
+    if CONFIGS[name] is None:
+        return None
+    specdec = dict(CONFIGS[name])
+    if specdec["method"] != "ngram":
+        specdec["draft_model"] = str(pair_dir("smol") / "draft")
+    return {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
+            "num_speculative_tokens": 8,
+            "draft_load_config": {"model_loader_extra_config": {"specdec": specdec}}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=64)
@@ -43,15 +57,8 @@ def main() -> None:
     from benchmarks.workloads import sharegpt_pool
     from specdec_fixtures.layout import pair_dir
 
-    target, draft = str(pair_dir("smol") / "target"), str(pair_dir("smol") / "draft")
-    spec = None
-    if CONFIGS[args.config] is not None:
-        specdec = dict(CONFIGS[args.config])
-        if specdec["method"] != "ngram":
-            specdec["draft_model"] = draft
-        spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
-                "num_speculative_tokens": 8,
-                "draft_load_config": {"model_loader_extra_config": {"specdec": specdec}}}
+    target = str(pair_dir("smol") / "target")
+    spec = speculative_config(args.config)
     rec: dict[str, float] = {}
     steps: list[dict] = []
 
