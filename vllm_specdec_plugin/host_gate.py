@@ -98,6 +98,6 @@ class HostGate:
             b.skipping, b.interval, b.since = True, self.probe_every, 0
 
     def skipping(self, batch: int) -> bool:
-        """Planning is being skipped at ``batch`` rows (metrics, tests)."""
+        """Planning is being skipped at ``batch`` rows (tests read it)."""
         b = self._buckets.get(batch.bit_length())
         return b is not None and b.skipping

@@ -66,13 +66,13 @@ def split_tokens(sampled_token_ids: list[list[int]], req_ids: list[str],
     return n, m, rows, verify
 
 
-def saved_seconds(emitted: int, rows: int, plain_s: float, whole_s: float,
-                  spec_s: float) -> float:
+def saved_seconds(emitted: int, rows: int, plain_s: float, step: float) -> float:
     """Target seconds a decode step saved: what plain steps at its ``rows`` (``plain_s``
-    each, one token a row) would take for the ``emitted`` tokens, less its predicted
-    time ``whole_s`` and σ's ``spec_s``. Predicted, not measured, so that a plain step
-    saves exactly 0 (emitted = rows, whole = plain) and timer noise books nothing."""
-    return emitted * plain_s / max(rows, 1) - whole_s - spec_s
+    each, one token a row) would take for the ``emitted`` tokens, less the step itself
+    (``step``: F, its predicted time in plain steps, σ included). Predicted, not
+    measured, so that a plain step saves exactly 0 (emitted = rows, F = 1) and timer
+    noise books nothing."""
+    return plain_s * (emitted / max(rows, 1) - step)
 
 
 class StepRecorder:
@@ -125,8 +125,7 @@ class StepRecorder:
         if plain and whole:  # F: the step in plain steps at its batch, as fair_ks predicts
             step = whole / plain + (self.cost.fixed_cost(rows) if verify else 0.0)
             settle(sampled_token_ids, req_ids, requests, step, self.slack)
-            saved = saved_seconds(emitted, rows, plain, whole,
-                                  (self.cost.spec_seconds() or 0.0) if verify else 0.0)
+            saved = saved_seconds(emitted, rows, plain, step)
         self.metrics.target_step("verify" if verify else "plain", seconds, emitted)
         if verify:
             self.cost.observe_spec_overhead(exact_s)

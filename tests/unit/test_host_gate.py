@@ -68,9 +68,10 @@ def test_bad_settings_raise():
 
 
 def test_saved_seconds():
-    # a plain step saves exactly nothing; 8 rows emitting 12 tokens at 10 ms a plain step
-    assert saved_seconds(8, 8, 0.010, 0.010, 0.0) == 0.0
-    assert saved_seconds(12, 8, 0.010, 0.011, 0.001) == pytest.approx(0.015 - 0.012)
+    # a plain step saves exactly nothing; 8 rows emitting 12 tokens at 10 ms a plain step,
+    # in a step predicted at 11 ms plus 1 ms of σ (F = 1.2 plain steps)
+    assert saved_seconds(8, 8, 0.010, 1.0) == 0.0
+    assert saved_seconds(12, 8, 0.010, (0.011 + 0.001) / 0.010) == pytest.approx(0.015 - 0.012)
 
 
 def test_probing_marks_the_probe_steps_only():
