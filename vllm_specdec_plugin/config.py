@@ -8,9 +8,7 @@ Precedence (later wins): a YAML preset (``preset: configs/NAME.yaml``) <
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any, Mapping
 
 from vllm_specdec_plugin.errors import SpecDecConfigError
@@ -28,7 +26,6 @@ REMOVED_OPTIONS = {
                         "by predicted speedup from measured acceptance and cost",
 }
 PROPOSER_PREFIX = "vllm_specdec_plugin."  # custom_class names of this plugin's proposers
-REPO_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,44 +325,6 @@ def resolve_dtype(draft_dtype: str, target_dtype: Any) -> str:
     return name if name in DTYPE_BYTES else "float32"
 
 
-def load_preset(ref: str) -> dict[str, Any]:
-    """Read a YAML preset given as a path or as a name in the repo's configs/ folder."""
-    import yaml
-
-    candidates = [Path(ref), REPO_CONFIGS / ref, REPO_CONFIGS / f"{ref}.yaml"]
-    path = next((p for p in candidates if p.is_file()), None)
-    if path is None:
-        raise SpecDecConfigError(
-            f"preset {ref!r} not found (looked at {[str(c) for c in candidates]}). Fix: "
-            f"pass an existing YAML path or one of {sorted(p.stem for p in REPO_CONFIGS.glob('*.yaml'))}.")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecDecConfigError(
-            f"preset {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}. "
-            "Fix the file.") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise SpecDecConfigError(
-            f"preset {path} must be a YAML mapping of option: value. Fix the file.")
-    data = dict(data.get(CONFIG_KEY, data))
-    if "preset" in data:
-        raise SpecDecConfigError(
-            f"preset {path} may not name another preset. Fix: copy its options instead.")
-    # Paths in a preset may use $VARS and be relative to the preset file.
-    for key in ("draft_model", "draft_vocab"):
-        ref = data.get(key)
-        if isinstance(ref, str) and ref:
-            ref = os.path.expandvars(ref)
-            if not os.path.isabs(ref) and (path.parent / ref).exists():
-                ref = str(path.parent / ref)
-            data[key] = ref
-    return data
-
-
 def merge_sources(num_speculative_tokens: int, *layers: Mapping[str, Any] | None) -> SpecDecConfig:
     """Merge option layers (later wins), expanding any ``preset`` first, and validate."""
     merged: dict[str, Any] = {}
@@ -379,6 +338,8 @@ def merge_sources(num_speculative_tokens: int, *layers: Mapping[str, Any] | None
             explicit.update(layer)
     preset = explicit.get("preset")
     if preset:
+        from vllm_specdec_plugin.presets import load_preset  # it reads CONFIG_KEY from here
+
         merged.update(load_preset(str(preset)))
     merged.update(explicit)
     merged["num_speculative_tokens"] = num_speculative_tokens

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from typing import Callable
+from typing import Any, Callable
 
 from vllm_specdec_plugin.speedup import round_evidence, shrunk_alpha
 from vllm_specdec_plugin.tuning import (ALPHA_MAX, MATCH_ALPHA_MIN, MATCH_DECAY,
@@ -45,6 +45,18 @@ def lookup_alpha(alpha_of: Callable[..., float], req_id: str, k: int,
     if k or why == "adaptive":
         return alpha_of(req_id, ANY_MATCH)
     return None
+
+
+def proposal_alpha(controller: Any, store: Any, req_id: str,
+                   match: MatchKey | None = None) -> float:
+    """α of a request's n-gram drafts: its controller's α̂ (``adaptive.AdaptiveK``), or
+    with ``match``, of a proposal from a match in that bucket, from the request's
+    scope's ``MatchAlpha`` in ``store`` (a ``tenancy.ScopedStore``; ``ANY_MATCH``: the
+    most any of its proposals could get)."""
+    if match is None:
+        return controller.alpha(req_id)
+    scope = controller.scope_of(req_id)
+    return store.get(scope).alpha(match, controller.alpha(req_id), controller.global_alpha(scope))
 
 
 def match_key(source: str, length: int) -> MatchKey:

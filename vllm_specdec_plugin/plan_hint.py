@@ -26,7 +26,7 @@ def plan_hint(proposer: Any) -> tuple[StepPrice | None, dict[str, float]]:
             continue
         c = proposer.controllers.get(req.source)
         if req.source == "ngram" and req.match is not None and c is not None:
-            alphas[rid] = proposer._ngram_alpha(rid, req.match)
+            alphas[rid] = proposer.ngram_alpha(rid, req.match)
         elif c is not None:
             alphas[rid] = c.alpha(rid)
         else:

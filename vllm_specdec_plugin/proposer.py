@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -43,10 +44,11 @@ from vllm_specdec_plugin.draft.batch import DraftBatch
 from vllm_specdec_plugin.draft.setup import load_draft, log_vocab_buffers
 from vllm_specdec_plugin.host_gate import HostGate
 from vllm_specdec_plugin.kv import BlockAllocator
-from vllm_specdec_plugin.match_pricing import MatchAlpha, MatchKey
+from vllm_specdec_plugin.match_pricing import MatchAlpha, proposal_alpha
 from vllm_specdec_plugin.metrics import ProposerMetrics
 from vllm_specdec_plugin.planning import Plan, Planner
-from vllm_specdec_plugin.request_state import RequestState, commit_round, keep_scheduled, roll_back
+from vllm_specdec_plugin.request_state import (RequestState, book_verification, commit_round,
+                                               keep_scheduled)
 from vllm_specdec_plugin.row_inputs import end_of, grammar_for
 from vllm_specdec_plugin.shadow import ShadowBook
 from vllm_specdec_plugin.startup_checks import check_features
@@ -96,6 +98,8 @@ class DraftModelProposer:
         # n-gram proposals are priced by the acceptance of matches as long as theirs,
         # learned per tenant scope like everything else learned from text (``tenancy``)
         self.match_alpha = ScopedStore(MatchAlpha) if "ngram" in self.controllers else None
+        self.ngram_alpha = partial(proposal_alpha, self.controllers["ngram"], self.match_alpha) \
+            if self.match_alpha is not None else None  # (req_id, match=None) -> α
         self.scopes = RequestScopes(self.config.ngram_corpus_scope)  # salts, aborts
         self.dtype_name = resolve_dtype(self.config.draft_dtype, mc.dtype)
         self.dtype = getattr(torch, self.dtype_name)
@@ -252,7 +256,7 @@ class DraftModelProposer:
         active = [c for src, c in self.controllers.items() if not (gate_probe and src == "draft")]
         if gate_probe and "draft" in choices:
             choices["draft"] = dict.fromkeys(choices["draft"], (0, "host_time"))
-        estimates = {src: (self._ngram_alpha if src == "ngram" else c.alpha,
+        estimates = {src: (self.ngram_alpha if src == "ngram" else c.alpha,
                            c.cost_per_draft(batch), c.fixed_cost(batch))
                      for src, c in self.controllers.items()}
         backed_off0 = self.stats.backed_off
@@ -330,31 +334,17 @@ class DraftModelProposer:
     # ------------------------------------------------------------ bookkeeping
 
     def _verified(self, req_id: str, num_accepted: int, committed_row: np.ndarray) -> None:
-        """Book the verification of a request's last drafts and roll the draft KV back."""
+        """Book the verification of a request's last drafts (a new request joins)."""
         req = self.requests.get(req_id)
         if req is None:
             req = self.requests[req_id] = RequestState(scope=self.scopes.get(req_id))
             for c in self.controllers.values():
                 c.join(req_id, req.scope)
-        if req.drafted:
-            accepted = max(0, min(num_accepted, len(req.drafted)))
-            if req.source in self.controllers:
-                self.controllers[req.source].observe_round(req_id, len(req.drafted), accepted)
-            if req.match is not None and self.match_alpha is not None:  # an n-gram round
-                self.match_alpha.get(req.scope).observe(req.match, len(req.drafted), accepted)
-            roll_back(req, accepted, committed_row, self.allocator, self.stats)
+        book_verification(req, req_id, num_accepted, committed_row, self.controllers,
+                          self.match_alpha, self.allocator, self.stats)
 
     def _end(self, row: int, req_id: str) -> int | None:
         return end_of(self.runner, row, req_id)
-
-    def _ngram_alpha(self, req_id: str, match: MatchKey | None = None) -> float:
-        """α of a request's n-gram drafts; with ``match``, of a proposal from a match
-        in that bucket (``match_pricing``; ``ANY_MATCH``: the most any could get)."""
-        c = self.controllers["ngram"]  # exists exactly when match_alpha does
-        if match is None:
-            return c.alpha(req_id)
-        scope = c.scope_of(req_id)
-        return self.match_alpha.get(scope).alpha(match, c.alpha(req_id), c.global_alpha(scope))
 
     def plan_hint(self) -> tuple | None:
         """For the scheduler's step plan, with this step's drafts (``plan_hint``);

@@ -42,6 +42,23 @@ class RequestState:
         self.seen = False
 
 
+def book_verification(req: RequestState, req_id: str, num_accepted: int,
+                      committed_row: np.ndarray, controllers: dict[str, Any], match_alpha: Any,
+                      allocator: BlockAllocator | None, stats: ProposerStats) -> None:
+    """What the target's verification of a request's last drafts teaches: the source's
+    controller (``adaptive.AdaptiveK``) and, for n-gram drafts, their match bucket in
+    the request's scope (``match_alpha``: a ``ScopedStore`` of ``MatchAlpha``, or None)
+    learn the round; the draft KV rolls back (``roll_back``). Nothing without drafts."""
+    if not req.drafted:
+        return
+    accepted = max(0, min(num_accepted, len(req.drafted)))
+    if req.source in controllers:
+        controllers[req.source].observe_round(req_id, len(req.drafted), accepted)
+    if req.match is not None and match_alpha is not None:  # an n-gram round
+        match_alpha.get(req.scope).observe(req.match, len(req.drafted), accepted)
+    roll_back(req, accepted, committed_row, allocator, stats)
+
+
 def roll_back(req: RequestState, accepted: int, committed_row: np.ndarray,
               allocator: BlockAllocator | None, stats: ProposerStats) -> None:
     """Book a verified round and trim the draft KV to what the target accepted.

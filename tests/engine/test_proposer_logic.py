@@ -389,7 +389,7 @@ def test_a_row_held_for_its_alpha_keeps_the_step_open_when_a_long_match_could_pa
     p = make_proposer(monkeypatch, path, k=8, method="hybrid", adaptive=True)
     attach(p, FakeRunner(["a"]))
     choices = {"ngram": {"a": (0, "adaptive")}, "draft": {"a": (0, "adaptive")}}
-    estimates = {"ngram": (p._ngram_alpha, 0.05, 0.3),
+    estimates = {"ngram": (p.ngram_alpha, 0.05, 0.3),
                  "draft": (p.controllers["draft"].alpha, 0.3, 0.3)}
     for _ in range(6):
         p.controllers["ngram"].observe_round("a", 4, 0)  # its own rounds all failed

@@ -127,7 +127,7 @@ def test_malformed_yaml_preset(tmp_path):
 
 
 def test_shipped_presets_parse():
-    from vllm_specdec_plugin.config import REPO_CONFIGS, load_preset
+    from vllm_specdec_plugin.presets import REPO_CONFIGS, load_preset
 
     names = sorted(p.stem for p in REPO_CONFIGS.glob("*.yaml"))
     assert {"llama-3.2-1b-3b", "fixture-ci", "fixture-bench"} <= set(names)
