@@ -45,6 +45,8 @@ MIN_DET = 1e-4  # numerical: relative determinant below which two regressors can
 # (results/2026-11-30-abc3516-serving-smol-sharegpt-c64-bf16-host-gate-probe/): 1.00x
 # against 0.97x no speculation's throughput, ahead in every rep; c = 16 the same
 # throughput (results/2026-11-30-b55b3a0-serving-smol-sharegpt-c16-c64-bf16-host-gate/).
+# The bench pair at c = 64 reads 0.97x with and without it (a decode step there is 74-82 ms:
+# planning is a small share; results/2026-11-30-9de5dab-serving-bench-unique-c64-bf16-host-gate/).
 HOST_GATE_DECAY = 0.95  # not measured: ~20 planned steps of memory per batch bucket
 HOST_GATE_MIN_PAIRS = 8.0  # not measured: decayed count of planned steps a bucket needs before it may skip (~10 steps)
 
