@@ -1,6 +1,6 @@
 """Host time per engine step, by phase, with and without the plugin: an in-process
-engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) on the smol pair's ShareGPT chat prompts,
-all submitted at once, ``max_tokens`` each with ``ignore_eos`` so the batch stays full.
+engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) on the smol pair's ShareGPT chat prompts
+(``--pair bench``: the bench pair on ``unique`` code prompts), all submitted at once, ``max_tokens`` each with ``ignore_eos`` so the batch stays full.
 
     PYTHONPATH=. python experiments/host_time/step_phases.py --config nospec --n 64
     PYTHONPATH=. python experiments/host_time/step_phases.py --config floor --n 64
@@ -29,15 +29,15 @@ CONFIGS = {
 }
 
 
-def speculative_config(name: str) -> dict | None:
-    """vLLM's ``speculative_config`` for config ``name`` on the smol pair (k 8)."""
+def speculative_config(name: str, pair: str = "smol") -> dict | None:
+    """vLLM's ``speculative_config`` for config ``name`` on ``pair`` (k 8)."""
     from specdec_fixtures.layout import pair_dir
 
     if CONFIGS[name] is None:
         return None
     specdec = dict(CONFIGS[name])
     if specdec["method"] != "ngram":
-        specdec["draft_model"] = str(pair_dir("smol") / "draft")
+        specdec["draft_model"] = str(pair_dir(pair) / "draft")
     return {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
             "num_speculative_tokens": 8,
             "draft_load_config": {"model_loader_extra_config": {"specdec": specdec}}}
@@ -48,17 +48,18 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--config", choices=sorted(CONFIGS), default="floor")
+    ap.add_argument("--pair", choices=("smol", "bench"), default="smol")
     ap.add_argument("--out", default=None, help="append a JSON line here")
     args = ap.parse_args()
     from vllm import LLM, SamplingParams
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.engine.core import EngineCore
 
-    from benchmarks.workloads import sharegpt_pool
+    from benchmarks.workloads import sharegpt_pool, unique_code_prompts
     from specdec_fixtures.layout import pair_dir
 
-    target = str(pair_dir("smol") / "target")
-    spec = speculative_config(args.config)
+    target = str(pair_dir(args.pair) / "target")
+    spec = speculative_config(args.config, args.pair)
     rec: dict[str, float] = {}
     steps: list[dict] = []
 
@@ -96,20 +97,26 @@ def main() -> None:
 
     from vllm.model_executor.models.llama import LlamaForCausalLM
     timed(LlamaForCausalLM, "forward", "forward")
-    llm = LLM(target, dtype="bfloat16", max_model_len=2048, seed=0,
+    max_len = 2048 if args.pair == "smol" else 1024
+    llm = LLM(target, dtype="bfloat16", max_model_len=max_len, seed=0,
               kv_cache_memory_bytes=2**30, max_num_seqs=max(args.n, 8),
               speculative_config=spec)
-    pool = sharegpt_pool(target, 128, 2048, 7)[: args.n + 2]
-    msgs = [[{"role": "user", "content": c["conversations"][0]["value"]}] for c in pool]
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
-    llm.chat(msgs[-2:], params)  # warm-up
+    if args.pair == "smol":
+        pool = sharegpt_pool(target, 128, max_len, 7)[: args.n + 2]
+        msgs = [[{"role": "user", "content": c["conversations"][0]["value"]}] for c in pool]
+        run = lambda batch: llm.chat(batch, params)  # noqa: E731
+    else:
+        msgs = unique_code_prompts()[: args.n + 2]
+        run = lambda batch: llm.generate(batch, params)  # noqa: E731
+    run(msgs[-2:])  # warm-up
     steps.clear()
     t0 = time.perf_counter()
-    outs = llm.chat(msgs[: args.n], params)
+    outs = run(msgs[: args.n])
     wall = time.perf_counter() - t0
     full = [s for s in steps if s["rows"] == args.n and not s["prompt"]]
     med = lambda k: 1000 * statistics.median(s.get(k, 0.0) for s in full)  # noqa: E731
-    res = {"config": args.config, "n": args.n, "wall_s": wall,
+    res = {"config": args.config, "pair": args.pair, "n": args.n, "wall_s": wall,
            "tokens": sum(len(o.outputs[0].token_ids) for o in outs),
            "steps": len(steps), "full_steps": len(full),
            **{f"{k}_ms": med(k) for k in ("total", "schedule", "update", "propose", "on_sched", "forward")}}
