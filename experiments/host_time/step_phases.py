@@ -1,6 +1,7 @@
 """Host time per engine step, by phase, with and without the plugin: an in-process
 engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) on the smol pair's ShareGPT chat prompts
-(``--pair bench``: the bench pair on ``unique`` code prompts), all submitted at once, ``max_tokens`` each with ``ignore_eos`` so the batch stays full.
+(``--pair bench``: the bench pair on ``unique`` code prompts), all submitted at once,
+``max_tokens`` each with ``ignore_eos`` so the batch stays full.
 
     PYTHONPATH=. python experiments/host_time/step_phases.py --config nospec --n 64
     PYTHONPATH=. python experiments/host_time/step_phases.py --config floor --n 64
