@@ -102,6 +102,10 @@ TABLE: list[Entry] = [
     # default 0.05: what the allowance costs the first token and buys in throughput.
     Entry("plugin-hybrid-adaptive-ttft0", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "ttft_slack": 0.0}),
+    # Half the default allowance (ttft_slack 0.025): the arrival step and the prefill
+    # step then add at most 5 % of a prefill step to a first token, not 10 %.
+    Entry("plugin-hybrid-adaptive-ttft025", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "ttft_slack": 0.025}),
     # Without arrival_cap (the step after a request finished verifies every draft)
     # against the default: what capping the step a closed loop's next request waits
     # for buys in first token and costs in throughput.
@@ -124,6 +128,9 @@ TABLE: list[Entry] = [
           specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.05}),
     Entry("plugin-hybrid-adaptive-slack10", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.1}),
+    # row_slack 0.02: the per-request bound at the TPOT p50 target (1.02x) itself.
+    Entry("plugin-hybrid-adaptive-slack02", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.02}),
     # step_min_gain 0.1 against the default: a verifying step must be predicted 10 %
     # faster per token over all its rows, not 2 % (what the marginal steps cost the
     # rows that draft nothing, in TPOT p50, against what they add to throughput).
