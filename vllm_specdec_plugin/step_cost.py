@@ -37,12 +37,14 @@ from vllm_specdec_plugin.tuning import (A_MIN, DRAFT_FIT_EMA, MIN_DET, MIN_VAR_T
 @dataclass(frozen=True)
 class StepPrice:
     """Predicted target step time T = a + b·(decode + verify tokens) + q·(decode rows)
-    + p·(prefill tokens) (``TargetFit``): what the step plan reads."""
+    + p·(prefill tokens) (``TargetFit``), and σ, what a step adds once it verifies any
+    draft (the exact sampler): what the step plan reads."""
 
     intercept_s: float           # a
     per_token_s: float           # b: one decode or verify token
     per_prefill_token_s: float   # p: one prompt token
     per_row_s: float = 0.0       # q: a decoding row beyond its token
+    verify_s: float = 0.0        # σ: seconds a verifying step adds (0: not measured)
 
     def seconds(self, tokens: int, prefill_tokens: int = 0, rows: int | None = None) -> float:
         """``rows`` decoding rows (None: one per token, no drafts)."""
@@ -254,7 +256,7 @@ class StepCost:
     def price(self) -> StepPrice | None:
         """The fitted target step as a ``StepPrice``; None before any target step."""
         t = self.target
-        return None if t.a is None else StepPrice(t.a, t.b, t.p, t.q)
+        return None if t.a is None else StepPrice(t.a, t.b, t.p, t.q, self._spec_s or 0.0)
 
     def step_time(self, num_tokens: float, prefill_tokens: float = 0,
                   rows: float | None = None) -> float | None:

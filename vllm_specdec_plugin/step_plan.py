@@ -5,7 +5,8 @@ same token budget, and a step takes time in proportion to its tokens (on a CPU a
 token costs about what a decode token does). So every verify token in a step that
 carries a prefill delays that request's first token, and may push its prefill out of
 the budget. The plan therefore gives prefills the budget first and lets verify tokens
-lengthen such a step by at most ``TTFT_SLACK`` of its predicted time without them.
+lengthen such a step by at most ``TTFT_SLACK`` of its predicted time without them, the
+exact sampler's σ included (a step that verifies any draft pays it once).
 Within that allowance it keeps the drafts most likely to be accepted: position j of a
 row with per-token acceptance α is worth α^j expected tokens.
 
@@ -62,12 +63,13 @@ def verify_allowance(*, decode_rows: int, prefill_tokens: int, token_budget: int
 
 def _slack_tokens(*, decode_rows: int, prefill_tokens: float, cost: StepPrice | None,
                   slack: float) -> int | None:
-    """Verify tokens that take at most ``slack`` of the predicted time of a step with
-    ``decode_rows`` and ``prefill_tokens`` (>= 0); None without a cost fit."""
+    """Verify tokens that, with σ (a step that verifies any pays it once), take at most
+    ``slack`` of the predicted time of a step with ``decode_rows`` and
+    ``prefill_tokens`` (>= 0); None without a cost fit."""
     if cost is None or cost.per_token_s <= 0:
         return None
-    base = cost.seconds(decode_rows, prefill_tokens)
-    return max(0, math.floor(slack * base / cost.per_token_s))
+    room = slack * cost.seconds(decode_rows, prefill_tokens) - cost.verify_s
+    return max(0, math.floor(room / cost.per_token_s))
 
 
 def keep_drafts(rows: list[Row], *, decode_rows: int, prefill_tokens: int,

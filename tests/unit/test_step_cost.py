@@ -405,3 +405,14 @@ def test_pure_modules_import_no_vllm_or_torch(name):
     allowed = STDLIB | ({"numpy"} if name.startswith("ngram") else set())
     assert top <= allowed, (name, top - allowed)
     assert ours <= PURE[name], (name, ours - PURE[name])
+
+
+def test_the_price_carries_sigma_once_measured():
+    cost = StepCost()
+    for n in (4, 8, 16, 32) * 10:
+        cost.observe_target_step(0.01 + 0.001 * n, n)
+    assert cost.price().verify_s == 0.0  # not measured yet
+    cost.observe_spec_overhead(0.005)  # the first call (imports, allocation) is not kept
+    for _ in range(3):
+        cost.observe_spec_overhead(0.002)
+    assert cost.price().verify_s == pytest.approx(0.002)

@@ -30,6 +30,17 @@ def test_allowance_is_the_slack_of_the_step_without_drafts():
     assert verify_allowance(decode_rows=4, prefill_tokens=10, token_budget=64, cost=None) == 50
 
 
+def test_the_exact_samplers_sigma_comes_out_of_the_slack():
+    # 5 % of 126 ms = 6.3 ms; σ 2 ms leaves 4.3 ms = 4 tokens, σ 7 ms none
+    sigma2 = StepPrice(0.010, 0.001, 0.0005, verify_s=0.002)
+    assert verify_allowance(decode_rows=16, prefill_tokens=200, token_budget=2048,
+                            cost=sigma2, slack=0.05) == 4
+    sigma7 = StepPrice(0.010, 0.001, 0.0005, verify_s=0.007)
+    assert verify_allowance(decode_rows=16, prefill_tokens=200, token_budget=2048,
+                            cost=sigma7, slack=0.05) == 0
+    assert arrival_allowance(decode_rows=4, prompt_tokens=200, cost=sigma7, slack=0.05) == 0
+
+
 def test_keeps_the_positions_most_likely_accepted():
     rows = [Row("hi", 4, 0.9), Row("lo", 4, 0.3)]
     cost = StepPrice(0.0, 0.001, 0.0)
