@@ -62,7 +62,7 @@ class SpecDecConfig:
 
     ttft_slack: float = TTFT_SLACK
     """Step plan: how much verify tokens may lengthen a step that carries a prefill, as
-    a share of its predicted time without them (0.05: 5 %). 0 verifies no drafts
+    a share of its predicted time without them (0.025: 2.5 %). 0 verifies no drafts
     beside a prefill; larger values trade first-token latency for throughput."""
 
     arrival_cap: bool = True
@@ -263,8 +263,8 @@ class SpecDecConfig:
                 "0.1 (verify only steps predicted 10 % faster per token than a plain step).")
         if not _finite_nonneg(self.ttft_slack):
             raise SpecDecConfigError(
-                f"ttft_slack must be a number >= 0, got {self.ttft_slack!r}. Fix: e.g. 0.05 "
-                "(a step carrying a prefill at most 5 % longer), or 0 for no drafts beside prefills.")
+                f"ttft_slack must be a number >= 0, got {self.ttft_slack!r}. Fix: e.g. 0.025 "
+                "(a step carrying a prefill at most 2.5 % longer), or 0 for no drafts beside prefills.")
         if self.draft_vocab is not None and not (isinstance(self.draft_vocab, str)
                                                  and self.draft_vocab):
             raise SpecDecConfigError(

@@ -208,7 +208,7 @@ def test_the_step_after_a_request_finished_is_cut_for_the_next_arrival():
     def plan(**kw):
         a = _req("a", 10, 13, outputs=4, spec=[1, 2, 3, 4])
         b = _req("b", 10, 13, outputs=4, spec=[5, 6, 7, 8])
-        scheduler_plan._plan(_scheduler([a, b], [], budget=200,
+        scheduler_plan._plan(_scheduler([a, b], [], budget=200, slack=0.05,
                                         hint=(cost, {"a": 0.9, "b": 0.5}), **kw))
         return len(a.spec_token_ids) + len(b.spec_token_ids)
 
