@@ -61,16 +61,18 @@ class SpecDecConfig:
     first token before drafting. Off: every draft is verified as proposed."""
 
     ttft_slack: float = TTFT_SLACK
-    """Step plan: how much verify tokens may lengthen a step that carries a prefill, as
-    a share of its predicted time without them (0.025: 2.5 %). 0 verifies no drafts
-    beside a prefill; larger values trade first-token latency for throughput."""
+    """Step plan: how much verification (verify tokens and the exact sampler's σ) may
+    lengthen a step that carries a prefill, as a share of its predicted time without
+    them (0.025: 2.5 %). 0 verifies no drafts beside a prefill; larger values trade
+    first-token latency for throughput."""
 
     arrival_cap: bool = True
     """Step plan: a step scheduled after a request finished, and carrying no prefill,
-    keeps only the verify tokens that lengthen it by ``ttft_slack`` of a step that
-    carries the finished request's prompt again. A client that sends its next request
-    when an answer ends (a chat user, a closed-loop benchmark) finds that step running
-    and waits for it before its own prefill. Off: such a step verifies every draft."""
+    keeps only the verify tokens that (with σ) lengthen it by ``ttft_slack`` of a step
+    that carries the finished request's prompt again. A client that sends its next
+    request when an answer ends (a chat user, a closed-loop benchmark) finds that step
+    running and waits for it before its own prefill. Off: such a step verifies every
+    draft."""
 
     prefill_split: bool = False
     """Step plan: when several waiting prompts could share one step, admit them one step

@@ -130,9 +130,10 @@ STEP_MIN_GAIN = 0.02
 # ledger with it was served on 2026-11-27 (results/2026-11-27-1b3830b-serving-smol-sharegpt-credit/,
 # results/2026-11-27-2f186c3-serving-bench-unique-credit/, row_slack 0.05 then).
 CREDIT_MAX = 1.0
-# The default of ``ttft_slack``: verify tokens may lengthen a step that carries a prefill by
-# 5 % of its time (the TTFT target is 1.10x no speculation; drafting, the deferred-draft
-# RPC and queueing behind a longer step take the rest). Measured against 0 (no drafts
+# The default of ``ttft_slack``: verification (verify tokens and the exact sampler's σ)
+# may lengthen a step that carries a prefill by 2.5 % of its time; a first token waits
+# for two such steps (below), 5 % in all (the TTFT target is 1.10x no speculation;
+# drafting, the deferred-draft RPC and queueing behind a longer step take the rest). Measured against 0 (no drafts
 # beside a prefill), 2026-11-26, bench pair, unique prompts, 3 reps
 # (results/2026-11-26-ccab505-serving-bench-unique-ttftslack/): TTFT p50 c = 4 0.94x vs
 # 1.06x, c = 8 1.31x vs 1.11x, repetitions overlapping; throughput c = 4 1.54x vs 1.39x.
