@@ -121,15 +121,16 @@ TABLE: list[Entry] = [
     # decides): what protecting every request's TPOT costs, in one run.
     Entry("plugin-hybrid-adaptive-meanonly", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "row_slack": 1000.0}),
-    # row_slack 0.2 (the default until 2026-11-29) and 0.05 (today's), explicitly, for
-    # sweeps that run them beside each other.
+    # row_slack 0.2 (the default until 2026-11-29), 0.05 (until 2026-11-30) and 0.1,
+    # explicitly, for sweeps that run them beside each other.
     Entry("plugin-hybrid-adaptive-slack20", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.2}),
     Entry("plugin-hybrid-adaptive-slack05", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.05}),
     Entry("plugin-hybrid-adaptive-slack10", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.1}),
-    # row_slack 0.02: the per-request bound at the TPOT p50 target (1.02x) itself.
+    # row_slack 0.02 (today's default, explicitly): the per-request bound at the TPOT p50
+    # target (1.02x) itself.
     Entry("plugin-hybrid-adaptive-slack02", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.02}),
     # step_min_gain 0.1 against the default: a verifying step must be predicted 10 %

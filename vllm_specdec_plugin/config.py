@@ -119,10 +119,10 @@ class SpecDecConfig:
     (replaced by the running average over all requests once there is one)."""
 
     row_slack: float = ROW_SLACK
-    """Adaptive: how much a verifying step may slow any one request, per token (0.05:
-    5 %). A request that drafts nothing, or whose drafts are seldom accepted, pays for
-    the others' verification; drafts are cut (exactly: a prefix) until no request's
-    expected time per token grows by more than this. Larger values trade tail latency
+    """Adaptive: how much a verifying step may slow any one request, per token (0.02:
+    2 %, the TPOT p50 target). A request that drafts nothing, or whose drafts are
+    seldom accepted, pays for the others' verification; drafts are cut (exactly: a
+    prefix) until no request's expected time per token grows by more than this. Larger values trade tail latency
     (TPOT p99) for throughput; 1000 leaves the decision to the batch's mean alone."""
 
     step_min_gain: float = STEP_MIN_GAIN
