@@ -122,8 +122,9 @@ class SpecDecConfig:
     """Adaptive: how much a verifying step may slow any one request, per token (0.02:
     2 %, the TPOT p50 target). A request that drafts nothing, or whose drafts are
     seldom accepted, pays for the others' verification; drafts are cut (exactly: a
-    prefix) until no request's expected time per token grows by more than this. Larger values trade tail latency
-    (TPOT p99) for throughput; 1000 leaves the decision to the batch's mean alone."""
+    prefix) until no request's expected time per token grows by more than this.
+    Larger values trade tail latency (TPOT p99) for throughput; 1000 leaves the
+    decision to the batch's mean alone."""
 
     step_min_gain: float = STEP_MIN_GAIN
     """Adaptive: a step verifies drafts only if it is predicted to emit this share more

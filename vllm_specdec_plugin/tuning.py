@@ -149,10 +149,11 @@ CREDIT_MAX = 1.0
 # The default of ``ttft_slack``: verification (verify tokens and the exact sampler's σ)
 # may lengthen a step that carries a prefill by 2.5 % of its time; a first token waits
 # for two such steps (below), 5 % in all (the TTFT target is 1.10x no speculation;
-# drafting, the deferred-draft RPC and queueing behind a longer step take the rest). Measured against 0 (no drafts
-# beside a prefill), 2026-11-26, bench pair, unique prompts, 3 reps
-# (results/2026-11-26-ccab505-serving-bench-unique-ttftslack/): TTFT p50 c = 4 0.94x vs
-# 1.06x, c = 8 1.31x vs 1.11x, repetitions overlapping; throughput c = 4 1.54x vs 1.39x.
+# drafting, the deferred-draft RPC and queueing behind a longer step take the rest).
+# Measured against 0 (no drafts beside a prefill), 2026-11-26, bench pair, unique
+# prompts, 3 reps (results/2026-11-26-ccab505-serving-bench-unique-ttftslack/): TTFT
+# p50 c = 4 0.94x vs 1.06x, c = 8 1.31x vs 1.11x, repetitions overlapping; throughput
+# c = 4 1.54x vs 1.39x.
 # On chat, smol, c = 4, AVX2 float32, 2 reps
 # (results/2026-11-29-c48edb9-serving-smol-sharegpt-c4-f32-ttft/): TTFT p50 1.05x vs
 # 1.02x, throughput 1.04x vs 1.05x, repetitions overlapping. Bench pair, unique, c = 4,
