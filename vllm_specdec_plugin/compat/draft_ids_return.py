@@ -22,13 +22,12 @@ How: two halves, both pass-throughs unless our proposer is configured.
   skips the RPC for that step. A step whose output lacks the attribute (batch queue,
   no sampling) takes the RPC as before.
   First tokens: a step that completes a prompt (``scheduler_plan`` marks it on the
-  SchedulerOutput, ``runner_hooks`` notes it on the runner unless the next step carries
-  a prompt too, when the proposer runs no draft round and there is nothing to defer)
-  returns its output with the drafting captured, not run, and no drafts attached;
-  ``take_draft_token_ids`` (wrapped) drafts when post_step's RPC asks. EngineCore
-  queues the step's outputs before post_step, so the first token leaves before the
-  draft round and the new request's draft prefill (the same cut as vLLM pull request
-  23041 made for async scheduling). ``take_draft_token_ids`` also attaches the proposer's ``plan_hint()``
+  SchedulerOutput, ``runner_hooks`` notes it on the runner) returns its output with
+  the drafting captured, not run, and no drafts attached; ``take_draft_token_ids``
+  (wrapped) drafts when post_step's RPC asks. EngineCore queues the step's outputs
+  before post_step, so the first token leaves before the draft round and the new
+  request's draft prefill (the same cut as vLLM pull request 23041 made for async
+  scheduling). ``take_draft_token_ids`` also attaches the proposer's ``plan_hint()``
   to the DraftTokenIds for ``scheduler_plan``.
 Upstream: ModelRunnerOutput carrying the drafts, or async scheduling that supports
   ``custom_class`` proposers (it returns sampled tokens before drafting).

@@ -43,12 +43,9 @@ def install() -> None:
     def _update_states(self, scheduler_output):  # noqa: ANN001 - vLLM signature
         ours = drafter_is_ours(self)
         if ours:
-            # which rows sample a first token this step (draft_ids_return defers
-            # drafting); none when the next step carries a prompt: the proposer then
-            # runs no draft round, so deferring would only add post_step's RPC
-            setattr(self, draft_ids_return.FIRST_TOKENS, frozenset()
-                    if scheduler_plan.read_prompts_next(scheduler_output)
-                    else scheduler_plan.read_first_tokens(scheduler_output))
+            # which rows sample a first token this step (draft_ids_return defers drafting)
+            setattr(self, draft_ids_return.FIRST_TOKENS,
+                    scheduler_plan.read_first_tokens(scheduler_output))
             self.drafter.bind_runner(self)
             self.drafter.on_scheduler_output(scheduler_output)
         result = original(self, scheduler_output)
