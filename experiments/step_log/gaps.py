@@ -18,16 +18,18 @@ import sys
 from summarize import IDLE_MS, steps
 
 
+def gaps(rows: list[dict]) -> str:
+    """Count, median / mean gap (ms) and their sum (s) over ``rows``."""
+    v = [s["gap"] for s in rows]
+    return (f"{len(v)} steps {statistics.median(v):.2f} / {statistics.mean(v):.2f} ms, "
+            f"{sum(v) / 1e3:.2f} s") if v else "-"
+
+
 def main(paths: list[str]) -> None:
     for path in paths:
         busy = [s for s in steps(path) if s["gap"] < IDLE_MS]
         prompt = [s for s in busy if s["m"] > 0]
         decode = [s for s in busy if s["m"] == 0 and s["rows"] >= 33]
-
-        def gaps(rows: list[dict]) -> str:
-            v = [s["gap"] for s in rows]
-            return (f"{len(v)} steps {statistics.median(v):.2f} / {statistics.mean(v):.2f} ms, "
-                    f"{sum(v) / 1e3:.2f} s") if v else "-"
         print(f"{path.split('/')[-1]}: gap all {gaps(busy)} | with a prompt {gaps(prompt)} | "
               f"decode 33+ rows {gaps(decode)} | step seconds {sum(s['s'] for s in busy) / 1e3:.2f} s")
 
