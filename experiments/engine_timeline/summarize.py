@@ -1,0 +1,67 @@
+"""Where each benchmark cell's wall time goes, per server log with ``timeline`` lines
+(``sitecustomize.py``): engine steps split at idle gaps (> 1 s: the server between
+cells), and per busy stretch the sums, in seconds, of the engine loop between steps,
+schedule, the wait for the worker (step less schedule and update), update_from_output
+and post_step; the worker's forward (execute_model) and sample_tokens (sampling and,
+with a proposer, propose()); and the steps that carried a new prompt.
+
+    python experiments/engine_timeline/summarize.py results/RUN/serve-*-rep0.log [...]
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+E = re.compile(r"timeline E t (\S+) loop (\S+) sched (\S+) exec \S+ update (\S+) step (\S+) "
+               r"post (\S+) \| tok (\d+) rows (\d+) new (\d+) spec (\d+)")
+W = re.compile(r"timeline W fwd (\S+) sample (\S+)")
+IDLE_MS = 1000.0
+
+
+def read(path: str) -> tuple[list[dict], list[tuple[float, float]]]:
+    eng, wrk = [], []
+    for line in open(path, errors="replace"):
+        if (m := E.search(line)):
+            t, loop, sched, update, step, post = map(float, m.groups()[:6])
+            tok, rows, new, spec = map(int, m.groups()[6:])
+            eng.append(dict(t=t, loop=loop, sched=sched, update=update, step=step, post=post,
+                            tok=tok, rows=rows, new=new, spec=spec))
+        elif (m := W.search(line)):
+            wrk.append((float(m.group(1)), float(m.group(2))))
+    return eng, wrk
+
+
+def stretches(eng: list[dict]) -> list[list[dict]]:
+    out: list[list[dict]] = [[]]
+    for s in eng:
+        if s["loop"] >= IDLE_MS and out[-1]:
+            out.append([])
+        out[-1].append(s)
+    return [p for p in out if p]
+
+
+def main(paths: list[str]) -> None:
+    for path in paths:
+        eng, wrk = read(path)
+        if len(wrk) != len(eng):  # the worker's lines pair with the engine's, step by step
+            print(f"{path}: {len(eng)} engine steps, {len(wrk)} worker calls (unpaired)")
+            wrk = []
+        for i, s in enumerate(eng):
+            s["fwd"], s["sample"] = wrk[i] if wrk else (0.0, 0.0)
+        name = path.rsplit("/", 1)[-1]
+        for part in stretches(eng)[1:]:  # the first stretch is the server's warm-up
+            part[0] = {**part[0], "loop": 0.0}  # its loop time is the idle wait before it
+            S = lambda key, rows=part: sum(s[key] for s in rows) / 1e3  # noqa: E731
+            wait = S("step") - S("sched") - S("update")
+            new = [s for s in part if s["new"]]
+            print(f"{name}: {len(part)} steps up to {max(s['rows'] for s in part)} rows, "
+                  f"{part[-1]['t'] - part[0]['t']:.2f} s: loop {S('loop'):.2f} sched "
+                  f"{S('sched'):.2f} wait {wait:.2f} (fwd {S('fwd'):.2f} sample "
+                  f"{S('sample'):.2f} other {wait - S('fwd') - S('sample'):.2f}) update "
+                  f"{S('update'):.2f} post {S('post'):.2f} | with a prompt {len(new)} steps, "
+                  f"fwd {S('fwd', new):.2f} sample {S('sample', new):.2f} | spec tokens "
+                  f"{sum(s['spec'] for s in part)}")
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
