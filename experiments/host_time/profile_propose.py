@@ -4,6 +4,9 @@ chat, all prompts at once (as a closed loop at c = n starts).
 
     PYTHONPATH=. python experiments/host_time/profile_propose.py --n 64 --config hybrid
 
+``--prometheus`` writes the metrics to files (multiprocess mode), as ``vllm serve``
+does; without it they stay in memory and cost less than served.
+
 Prints propose()'s mean ms per call by batch size, then its top functions by
 cumulative time. Not a benchmark: the profiler slows Python code several-fold; read
 the shares, not the milliseconds.
@@ -29,18 +32,25 @@ def main() -> None:
     ap.add_argument("--config", choices=sorted(c for c in CONFIGS if CONFIGS[c]), default="hybrid")
     ap.add_argument("--profile", action="store_true", help="cProfile propose() (slower)")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--pair", choices=("smol", "bench", "ci"), default="smol")
+    ap.add_argument("--prometheus", action="store_true",
+                    help="metrics in multiprocess mode (files), as under vllm serve")
+    ap.add_argument("--max-tokens", type=int, default=128)
     args = ap.parse_args()
+    if args.prometheus:  # before prometheus_client is imported: it reads the variable then
+        import tempfile
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="specdec-prom-")
     from vllm import LLM, SamplingParams
 
     from benchmarks.workloads import sharegpt_pool
     from specdec_fixtures.layout import pair_dir
     import vllm_specdec_plugin.proposer as proposer_mod
 
-    target = str(pair_dir("smol") / "target")
-    spec = speculative_config(args.config)
+    target = str(pair_dir(args.pair) / "target")
+    spec = speculative_config(args.config, args.pair)
     llm = LLM(target, dtype="bfloat16", max_model_len=2048, seed=0, kv_cache_memory_bytes=2**29,
               max_num_seqs=max(args.n, 8), speculative_config=spec)
-    pool = sharegpt_pool(target, 128, 2048, 7)[: args.n]
+    pool = sharegpt_pool(target, args.max_tokens, 2048, 7)[: args.n]
     msgs = [[{"role": "user", "content": c["conversations"][0]["value"]}] for c in pool]
 
     prof = cProfile.Profile()
@@ -60,7 +70,7 @@ def main() -> None:
             per_rows[rows].append(time.perf_counter() - t)
 
     proposer_mod.DraftModelProposer.propose = timed
-    params = SamplingParams(temperature=0.0, max_tokens=128)
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     llm.chat(msgs[:2], params)  # warm-up
     per_rows.clear()
     prof = cProfile.Profile()
