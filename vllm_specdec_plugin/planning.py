@@ -29,7 +29,7 @@ from vllm_specdec_plugin.ngram_corpus import CorpusIndex
 from vllm_specdec_plugin.request_state import RequestState, truncate
 from vllm_specdec_plugin.speedup import best_k, choose_source
 from vllm_specdec_plugin.tenancy import ScopedCorpus
-from vllm_specdec_plugin.tuning import LOAD_PROBE_MAX_LAG, MIN_GAIN
+from vllm_specdec_plugin.tuning import MIN_GAIN
 
 
 @dataclass(slots=True)
@@ -136,10 +136,7 @@ class Planner:
         request now (n-gram: at the number of drafts it found), or none when adaptive
         and neither pays (outside load probe steps). A draft-model probe (k = 1 for a
         request held for its α) competes like any round: shadow proposals, not
-        probes, measure held rows in hybrid mode. A load probe drafts with the model
-        only where the draft KV lags by at most ``LOAD_PROBE_MAX_LAG`` tokens: rows held
-        under load have not drafted for many steps, and catching every one of them up
-        would stall the whole batch for the probe."""
+        probes, measure held rows in hybrid mode."""
         candidates: dict[str, tuple[float, int, float, float]] = {}
         offer = self._ngram_offer(req_id, req, length, committed_row, choices, estimates,
                                   k_room)
@@ -148,8 +145,6 @@ class Planner:
             candidates["ngram"] = (offer.alpha, offer.k, cost, fixed)
         reason = "" if isinstance(offer, Plan) else offer
         k_d, why = _chosen_k(choices, "draft", req_id, self.k, k_room)
-        if k_d and load_probe and length - len(req.tokens) > LOAD_PROBE_MAX_LAG:
-            k_d, why = 0, "load"
         if k_d:
             alpha, cost, fixed = estimates["draft"]
             alpha_d = alpha(req_id)

@@ -25,13 +25,6 @@ PRIOR_WEIGHT = 4.0  # not measured: the prior counts as 4 trials, so one round a
 ALPHA_DECAY = 0.9  # not measured: ~10-round window; test_adaptive's phase-switch test checks the tracking
 PROBE_EVERY = 8  # not measured: steps before held requests probe (k = 1) again
 PROBE_MAX = 128  # not measured: probing costs at most ~1 step in 128 where speculation never pays
-# A hybrid load probe drafts with the model only for rows whose draft KV lags by at most
-# this many committed tokens (planning._plan_hybrid). Not tuned: one n-gram round's
-# worth (k 8 + 1). Without it, smol chat c = 16 (bf16, 2026-12-01,
-# results/2026-12-01-8b1bcf2-serving-smol-sharegpt-c16-bf16-timeline-sources/): every
-# ~128 steps a load probe caught up every row's whole history first, 0.36-0.40 s in
-# sample_tokens, then a 4x slower target step, and the step plan cut the drafts.
-LOAD_PROBE_MAX_LAG = 9
 
 # -- step cost model (step_cost.py) --------------------------------------------------
 C_PRIME_DRAFT = 0.05  # not measured: draft forward / target step until measured (a draft ~20x smaller)

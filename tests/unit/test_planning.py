@@ -12,7 +12,6 @@ from vllm_specdec_plugin.planning import Plan, Planner
 from vllm_specdec_plugin.request_state import RequestState
 from vllm_specdec_plugin.speedup import best_k
 from vllm_specdec_plugin.tenancy import UNSALTED
-from vllm_specdec_plugin.tuning import LOAD_PROBE_MAX_LAG
 
 pytestmark = pytest.mark.unit
 
@@ -200,27 +199,3 @@ def test_a_load_probe_step_drafts_in_hybrid_where_no_source_pays():
     plan = planner.plan(0, "r", RequestState(scope=UNSALTED), len(replay), row, choices,
                         estimates, load_probe=True)
     assert plan is not None and plan.k == 1 and plan.drafts == rest[:1]
-
-
-def test_a_hybrid_load_probe_drafts_with_the_model_only_where_its_kv_is_nearly_caught_up():
-    """No n-gram match (an empty corpus, no repeats): a load probe takes the draft
-    model, but not for a row whose draft KV lags by more than LOAD_PROBE_MAX_LAG
-    tokens: its catch-up would stall the whole batch for the probe."""
-    config = SpecDecConfig(num_speculative_tokens=8, method="hybrid", adaptive=True,
-                           draft_model="unused", ngram_corpus_tokens=4096)
-    reasons: list[str] = []
-    planner = Planner(config, max_model_len=1024, allocator=None, no_draft=reasons.append)
-    history = list(range(300))  # no n-gram repeats
-    row = np.asarray(history, dtype=np.int64)
-    estimates = {"ngram": (lambda rid, match=None: 0.6, 0.99, 0.05),
-                 "draft": (lambda rid: 0.6, 0.99, 0.05)}
-    choices = {"ngram": {"r": (1, "")}, "draft": {"r": (1, "")}}
-    lagging = RequestState(scope=UNSALTED)
-    lagging.tokens = history[:200]  # 100 committed tokens the draft has not seen
-    assert planner.plan(0, "r", lagging, len(history), row, choices, estimates,
-                        load_probe=True) is None
-    assert reasons == ["ngram_miss"]
-    near = RequestState(scope=UNSALTED)
-    near.tokens = history[:300 - LOAD_PROBE_MAX_LAG]
-    plan = planner.plan(0, "r", near, len(history), row, choices, estimates, load_probe=True)
-    assert plan is not None and plan.k == 1 and plan.new_tokens == history[-LOAD_PROBE_MAX_LAG:]
