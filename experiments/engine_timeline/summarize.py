@@ -63,5 +63,6 @@ def main(paths: list[str]) -> None:
                   f"fwd {S('fwd', new):.2f} sample {S('sample', new):.2f} | spec tokens "
                   f"{sum(s['spec'] for s in part)}")
 
+
 if __name__ == "__main__":
     main(sys.argv[1:])
