@@ -107,11 +107,14 @@ def check(plans: list[Any], batch: int, estimates: dict, probing: bool, slack: f
 
 def _priced(plans: list[Any], estimates: dict) -> tuple[list[tuple[float, int, float]], float]:
     """Per plan (α, k, cost per draft token) from its source's estimates (n-gram if it
-    has ``drafts``, else the model; a priced n-gram proposal keeps its own α), and the
-    step's σ: the largest of the sources' that draft."""
+    has ``drafts``, else the model, whose catch-up is shared by its drafts; a priced
+    n-gram proposal keeps its own α), and the step's σ: the largest of the sources'
+    that draft."""
     rows, fixed = [], 0.0
     for p in plans:
         alpha, cost, sigma = estimates["ngram" if p.drafts else "draft"]
+        if p.catch_up and p.k:
+            cost += p.catch_up / p.k
         rows.append((alpha(p.req_id) if p.alpha is None else p.alpha, p.k, cost))
         fixed = max(fixed, sigma)
     return rows, fixed

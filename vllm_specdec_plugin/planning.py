@@ -10,8 +10,10 @@ source's measured acceptance for the request and its measured cost
 (``speedup.choose_source``). An n-gram proposal is priced after the lookup, by the
 acceptance of matches as long as its own (``match_pricing``); with adaptive k its
 number of drafts is the optimum at that price, up to what the lookup found.
-Lazy draft prefill is chunked under a per-round token budget so a long prompt joining
-a busy batch costs at most that budget per step.
+A draft-model plan is priced with the catch-up of its lagging draft KV, spread over
+the rounds the request has left (``catch_up``). Lazy draft prefill is chunked under a
+per-round token budget so a long prompt joining a busy batch costs at most that
+budget per step.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from vllm_specdec_plugin.catch_up import OutputLengths, round_cost
 from vllm_specdec_plugin.config import SpecDecConfig
 from vllm_specdec_plugin.kv import BlockAllocator
 from vllm_specdec_plugin.match_pricing import MatchKey, lookup_alpha, match_key
@@ -28,7 +31,7 @@ from vllm_specdec_plugin.ngram import NGramConfig, NGramIndex
 from vllm_specdec_plugin.ngram_corpus import CorpusIndex
 from vllm_specdec_plugin.request_state import RequestState, truncate
 from vllm_specdec_plugin.speedup import best_k, choose_source
-from vllm_specdec_plugin.tenancy import ScopedCorpus
+from vllm_specdec_plugin.tenancy import ScopedCorpus, ScopedStore
 from vllm_specdec_plugin.tuning import MIN_GAIN
 
 
@@ -49,6 +52,7 @@ class Plan:
     grammar: Any = None     # structured output: the request's grammar copy (masks drafts)
     alpha: float | None = None  # predicted acceptance of these drafts (None: unpriced)
     match: MatchKey | None = None  # n-gram drafts: the bucket of the match they came from
+    catch_up: float = 0.0   # draft-model plan: its catch-up's share, plain steps (``catch_up``)
 
     @property
     def cached(self) -> int:
@@ -74,6 +78,10 @@ class Planner:
         self.max_model_len = max_model_len
         self.allocator = allocator
         self.no_draft = no_draft  # counts a request-round without drafts, by reason
+        # plain steps a committed token fed to the draft costs this step's B rows
+        # (``catch_up``; the proposer sets it each step, 0 unmeasured)
+        self.catch_up_price = 0.0
+        self.outputs = ScopedStore(OutputLengths)  # finished outputs per scope (the caller adds)
         self.uses_model = config.method in ("draft", "hybrid")
         self.uses_ngram = config.method in ("ngram", "hybrid")
         # finished requests' histories, matched within a request's scope (``tenancy``;
@@ -97,13 +105,13 @@ class Planner:
         step (``AdaptiveK.load_probing``): hybrid keeps its best source even where it
         does not pay, so that the step verifies and the cost fit learns from it.
         """
-        req.seen = True
+        req.round_at(length)
         k_room = self._k_room(length, end)
         if k_room <= 0:
             return self._none("length_guard")
         if self.uses_ngram and self.uses_model:
             return self._plan_hybrid(row, req_id, req, length, committed_row, choices,
-                                     estimates or {}, k_room, load_probe)
+                                     estimates or {}, k_room, end, load_probe)
         if self.uses_ngram:
             offer = self._ngram_offer(req_id, req, length, committed_row, choices,
                                       estimates or {}, k_room)
@@ -114,12 +122,15 @@ class Planner:
         k, reason = _chosen_k(choices, "draft", req_id, self.k, k_room)
         if not k:
             return self._none(reason)
-        return self._model_plan(row, req_id, req, length, committed_row, k)
+        plan = self._model_plan(row, req_id, req, length, committed_row, k)
+        if estimates and "draft" in estimates:
+            plan.catch_up = self._catch_up(req, length, end, estimates["draft"][0](req_id), k)
+        return plan
 
     def hold(self, req: RequestState, length: int, reason: str, end: int | None = None) -> None:
         """No drafts this round, without planning (the step as a whole cannot pay):
         counted as ``reason``, or "length_guard" where ``plan`` would have said so."""
-        req.seen = True
+        req.round_at(length)
         self._none("length_guard" if self._k_room(length, end) <= 0 else reason)
 
     def _k_room(self, length: int, end: int | None) -> int:
@@ -131,7 +142,7 @@ class Planner:
 
     def _plan_hybrid(self, row: int, req_id: str, req: RequestState, length: int,
                      committed_row: np.ndarray, choices: Choices, estimates: Estimates,
-                     k_room: int, load_probe: bool) -> Plan | None:
+                     k_room: int, end: int | None, load_probe: bool) -> Plan | None:
         """Whichever of n-gram and draft model predicts the larger speedup for this
         request now (n-gram: at the number of drafts it found), or none when adaptive
         and neither pays (outside load probe steps). A draft-model probe (k = 1 for a
@@ -148,7 +159,8 @@ class Planner:
         if k_d:
             alpha, cost, fixed = estimates["draft"]
             alpha_d = alpha(req_id)
-            candidates["draft"] = (alpha_d, k_d, cost, fixed)
+            once = self._catch_up(req, length, end, alpha_d, k_d)
+            candidates["draft"] = (alpha_d, k_d, cost + once / k_d, fixed)
         else:  # the n-gram's reason first: "ngram_miss" tells no match from a priced-out offer
             reason = reason or why
         source, k = choose_source(candidates, MIN_GAIN,
@@ -158,7 +170,7 @@ class Planner:
             return offer
         if source == "draft":
             plan = self._model_plan(row, req_id, req, length, committed_row, k)
-            plan.alpha = alpha_d
+            plan.alpha, plan.catch_up = alpha_d, once
             return plan
         return self._none("adaptive" if candidates else reason)
 
@@ -200,6 +212,20 @@ class Planner:
                 drafts = drafts[:k]
         return Plan(row=-1, req_id=req_id, req=req, new_tokens=[], length=length,
                     k=len(drafts), drafts=drafts, alpha=alpha, match=match)
+
+    def _catch_up(self, req: RequestState, length: int, end: int | None, alpha: float,
+                  k: int) -> float:
+        """Plain steps a draft-model round of k drafts pays for the request's lagging
+        draft KV (``catch_up.round_cost``), beyond the one token a drafting row feeds."""
+        lag = length - len(req.tokens) - 1
+        if lag <= 0 or not self.catch_up_price:
+            return 0.0
+        horizon = (self.max_model_len if end is None else min(end, self.max_model_len)) - length
+        outputs = self.outputs.peek(req.scope)
+        typical = outputs.typical() if outputs is not None else None
+        if typical is not None:
+            horizon = min(horizon, typical)
+        return round_cost(lag, self.catch_up_price, horizon, alpha, k)
 
     def _model_plan(self, row: int, req_id: str, req: RequestState, length: int,
                     committed_row: np.ndarray, k: int) -> Plan:

@@ -193,6 +193,7 @@ class DraftModelProposer:
                     corpus.add(scope, tokens)
             if req is not None:
                 self._release(req)
+                self.planner.outputs.get(req.scope).add(req.output_tokens)
                 self.metrics.request_finished(req.acceptance.drafted, req.acceptance.accepted)
                 for c in self.controllers.values():
                     c.forget(rid)
@@ -259,6 +260,7 @@ class DraftModelProposer:
         estimates = {src: (self.ngram_alpha if src == "ngram" else c.alpha,
                            c.cost_per_draft(batch), c.fixed_cost(batch))
                      for src, c in self.controllers.items()}
+        self.planner.catch_up_price = batch * self.step_cost.catch_up_cost(batch)  # all rows wait
         backed_off0 = self.stats.backed_off
         probing = any(c.probing for c in active)
         load_probe = any(c.load_probing for c in active)

@@ -34,6 +34,19 @@ class RequestState:
     shadow: Any = None      # shadow.Shadow: n-gram drafts proposed, not verified, pending
     shadow_turn: int = -1   # ShadowBook's step of its last shadow lookup (-1: none yet)
     credit: float = 0.0     # row_credit: slack saved (+) or owed (-), in plain steps
+    first_length: int = 0   # committed length at its first round (prompt + 1)
+    length: int = 0         # committed length at its latest round
+
+    def round_at(self, length: int) -> None:
+        """A propose() round sees the request at committed ``length``."""
+        self.seen = True
+        self.first_length = self.first_length or length
+        self.length = length
+
+    @property
+    def output_tokens(self) -> int:
+        """Tokens it has emitted, as far as its rounds saw (0 before a round)."""
+        return self.length - self.first_length + 1 if self.first_length else 0
 
     def reset_for_prefill(self) -> None:
         """Preempted: the request comes back later and is re-prefilled lazily."""

@@ -1,6 +1,6 @@
 """The cost model of one engine step, fitted online from the step timers (pure Python).
 
-Three parts, all in seconds:
+Four parts, all in seconds:
 
 - **target**: T(n, m, R) = a + b·n + p·m + q·R for a target step carrying n
   decode/verify tokens (one per decoding row plus its drafts) over R decoding rows, and
@@ -15,12 +15,15 @@ Three parts, all in seconds:
   value (0 before one).
 - **draft**: a draft round of P forwards over N tokens in all takes P·a_d + N·b_d
   (``DraftFit``).
+- **catch-up**: a round's first pass, which feeds the committed tokens the draft has
+  not seen, takes a_c + b_c·N for N tokens fed (``catch_up.CatchUpFit``).
 - **σ host time**: seconds a verifying step adds on the host (the exact rejection
   sampler): the median of the last ``SPEC_WINDOW`` measurements, the first skipped
   (it pays one-time set-up).
 
 The controller reads the step without prefill: ``step_time(n, rows=R)``, and in plain
-steps at batch B: ``load_cost`` v(B), ``fixed_cost`` σ(B), ``c_prime`` c'(B).
+steps at batch B: ``load_cost`` v(B), ``fixed_cost`` σ(B), ``c_prime`` c'(B),
+``catch_up_cost`` (one token fed).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
+from vllm_specdec_plugin.catch_up import CatchUpFit
 from vllm_specdec_plugin.tuning import (A_MIN, DRAFT_FIT_EMA, MIN_DET, MIN_VAR_TOKENS,
                                         SPEC_WINDOW, STEP_FIT_DECAY)
 
@@ -213,6 +217,7 @@ class StepCost:
     def __init__(self, fit_decay: float = STEP_FIT_DECAY, ema: float = DRAFT_FIT_EMA) -> None:
         self.target = TargetFit(fit_decay)
         self.draft = DraftFit(1.0 - ema)
+        self.catch_up = CatchUpFit(1.0 - ema)
         self._spec_s: float | None = None  # seconds a verifying step adds (σ·T)
         self._spec_samples: deque[float] = deque(maxlen=SPEC_WINDOW)
         self._spec_first_seen = False
@@ -240,6 +245,13 @@ class StepCost:
                              f"tokens={num_tokens!r}")
         if num_forwards:
             self.draft.add(seconds, num_forwards, num_tokens)
+
+    def observe_catch_up(self, seconds: float, num_tokens: int) -> None:
+        """A draft round's first pass: wall seconds to feed ``num_tokens`` committed
+        tokens (every row's catch-up, at least one token a row)."""
+        if not seconds >= 0 or num_tokens < 1:
+            raise ValueError(f"bad catch-up pass: seconds={seconds!r}, tokens={num_tokens!r}")
+        self.catch_up.add(seconds, num_tokens)
 
     def observe_spec_overhead(self, seconds: float) -> None:
         """Seconds a step spent on what only a verifying step runs (the exact
@@ -289,6 +301,12 @@ class StepCost:
         t, draft = self.step_time(batch_size), self.draft_round_time(1, batch_size)
         return None if draft is None or not t else draft / t
 
+    def catch_up_cost(self, batch_size: int) -> float:
+        """b_c / T(B): feeding the draft one more committed token, in plain steps at
+        batch B (0 before a first pass and a target fit)."""
+        t, b = self.step_time(batch_size), self.catch_up.per_token()
+        return 0.0 if b is None or not t else b / t
+
     def load_cost(self, batch_size: int) -> float:
         """v(B) = b·B / T(B): what one more draft token per row adds, in plain steps at
         batch B (0 before a fit)."""
@@ -297,9 +315,11 @@ class StepCost:
 
     def snapshot(self) -> dict:
         """a (s), b (s/token), q (s/row), p (s/prefill token), spec_s (s), draft_a (s
-        per draft forward), draft_b (s per draft token); None where unmeasured."""
+        per draft forward), draft_b (s per draft token), catch_up_b (s per committed
+        token fed); None where unmeasured."""
         fit = self.draft.fit
         return {"a": self.target.a, "b": self.target.b, "q": self.target.q, "p": self.target.p,
                 "spec_s": self._spec_s,
                 "draft_a": None if fit is None else fit[0],
-                "draft_b": None if fit is None else fit[1]}
+                "draft_b": None if fit is None else fit[1],
+                "catch_up_b": self.catch_up.per_token()}

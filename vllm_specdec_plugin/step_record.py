@@ -139,7 +139,7 @@ class StepRecorder:
         """The DEBUG step line: measured seconds (target step, exact sampler, host gap
         before it), the tokens, and the fit's prediction before it saw this step."""
         ms = lambda x: "-" if x is None else f"{1e3 * x:.2f}"
-        spec = self.cost.snapshot()["spec_s"] if verify else 0.0
+        spec = self.cost.spec_seconds() if verify else 0.0
         pred = self.cost.step_time(n, m, rows=rows)
         step_log.debug("specdec step: s %s exact %s gap %s | n %d m %d rows %d verify %d emitted %d"
                        " | pred %s plain %s sigma %s", ms(seconds), ms(exact_s), ms(self._gap),
@@ -153,6 +153,7 @@ class StepRecorder:
         f, c_prime = cost.snapshot(), cost.c_prime(batch)
         ms = lambda x: "-" if x is None else f"{1e3 * x:.3g}"
         logger.info("specdec: step cost fit: a %s ms + b %s ms/token + q %s ms/row + p %s ms/prefill"
-                    " token, σ %s ms; at B %d: v %.3f, σ(B) %.3f, c'(B) %s", ms(f["a"]),
-                    ms(f["b"]), ms(f["q"]), ms(f["p"]), ms(f["spec_s"]), batch, cost.load_cost(batch),
-                    cost.fixed_cost(batch), "-" if c_prime is None else f"{c_prime:.3f}")
+                    " token, σ %s ms, draft catch-up %s ms/token; at B %d: v %.3f, σ(B) %.3f,"
+                    " c'(B) %s", ms(f["a"]), ms(f["b"]), ms(f["q"]), ms(f["p"]), ms(f["spec_s"]),
+                    ms(f["catch_up_b"]), batch, cost.load_cost(batch), cost.fixed_cost(batch),
+                    "-" if c_prime is None else f"{c_prime:.3f}")

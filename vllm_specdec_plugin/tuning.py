@@ -34,6 +34,10 @@ STEP_FIT_DECAY = 0.99  # not measured: weight kept per step by the target fit (~
 SPEC_WINDOW = 15  # not measured: σ is the median of the last 15 verifying steps (robust to a slow one)
 A_MIN = 1e-6  # numerical floor (s) of the fitted intercept, so T(B) > 0 and v(B) < 1
 MIN_VAR_TOKENS = 1e-6  # numerical: weighted variance (tokens²) below which a slope is not identifiable
+# The horizon a draft catch-up is spread over (catch_up.py): the median output of a
+# scope's last OUTPUT_WINDOW finished requests. Not measured: 32 answers make a stable
+# median; a scope's traffic changes slower than that.
+OUTPUT_WINDOW = 32
 FIT_LOG_S = 60.0  # not measured: the step cost fit is logged at most once a minute (step_record)
 MIN_DET = 1e-4  # numerical: relative determinant below which two regressors cannot be told apart
 

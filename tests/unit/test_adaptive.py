@@ -399,11 +399,11 @@ def test_fair_cuts_plans_to_a_prefix_and_counts_the_rows_left_without_drafts():
     from vllm_specdec_plugin import batch_check
 
     def plans(credit=0.0):
-        return [SimpleNamespace(req_id="ng", k=3, drafts=[7, 8, 9], alpha=0.95,
+        return [SimpleNamespace(catch_up=0.0, req_id="ng", k=3, drafts=[7, 8, 9], alpha=0.95,
                                 req=SimpleNamespace(credit=credit)),
-                SimpleNamespace(req_id="dm", k=4, drafts=[], alpha=None,
+                SimpleNamespace(catch_up=0.0, req_id="dm", k=4, drafts=[], alpha=None,
                                 req=SimpleNamespace(credit=credit)),
-                SimpleNamespace(req_id="lo", k=2, drafts=[5, 6], alpha=0.2,
+                SimpleNamespace(catch_up=0.0, req_id="lo", k=2, drafts=[5, 6], alpha=0.2,
                                 req=SimpleNamespace(credit=credit))]
 
     # 16 rows (13 without drafts); a draft token costs 0.2 plain steps / 16 rows
@@ -437,11 +437,11 @@ def test_plans_cut_for_the_row_bound_must_still_pay_the_step_min_gain():
     from vllm_specdec_plugin import batch_check
 
     def plans():
-        return [SimpleNamespace(req_id="ng", k=3, drafts=[7, 8, 9], alpha=0.95,
+        return [SimpleNamespace(catch_up=0.0, req_id="ng", k=3, drafts=[7, 8, 9], alpha=0.95,
                                 req=SimpleNamespace(credit=0.0)),
-                SimpleNamespace(req_id="dm", k=4, drafts=[], alpha=None,
+                SimpleNamespace(catch_up=0.0, req_id="dm", k=4, drafts=[], alpha=None,
                                 req=SimpleNamespace(credit=0.0)),
-                SimpleNamespace(req_id="lo", k=2, drafts=[5, 6], alpha=0.2,
+                SimpleNamespace(catch_up=0.0, req_id="lo", k=2, drafts=[5, 6], alpha=0.2,
                                 req=SimpleNamespace(credit=0.0))]
 
     est = {"ngram": (lambda rid, m=None: 0.5, 0.2, 0.0), "draft": (lambda rid: 0.7, 0.2, 0.0)}

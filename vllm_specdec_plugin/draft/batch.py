@@ -85,6 +85,10 @@ class DraftBatch:
         self.forwards += passes
         self.metrics.draft_step(dt)
         later = sum(max(p.k - 1, 0) for p in plans)  # one token per row per later pass
+        decode_s = timer.decode_seconds() if passes > 1 else 0.0
+        # pass 1 (the round's set-up and every row's catch-up): prices a lagging draft KV
+        if fed:
+            self.step_cost.observe_catch_up(max(dt - decode_s, 0.0), fed)
         if any(p.k > 0 for p in plans):
             if fed == len(plans):  # pass 1 fed one token a row: a forward like the others
                 self.step_cost.observe_draft_step(dt, passes, fed + later)
@@ -93,8 +97,8 @@ class DraftBatch:
                 # drafting. Priced as a forward, a first round of a few hundred prompt
                 # tokens read as c' ~ 1 and kept the draft priced out for good (smol
                 # float32 serving: 1-3 draft rounds per cell at c = 1-8). Only the
-                # decode passes are booked; a round of pass 1 alone books nothing.
-                self.step_cost.observe_draft_step(timer.decode_seconds(), passes - 1, later)
+                # decode passes are booked here; a round of pass 1 alone books nothing.
+                self.step_cost.observe_draft_step(decode_s, passes - 1, later)
         return sampler
 
     def publish(self, runner: Any, device: torch.device, drafting: list[Plan],
