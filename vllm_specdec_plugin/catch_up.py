@@ -13,8 +13,8 @@ priced as an investment spread over the rounds the request has left:
     cost per round = lag · price / max(1, horizon / E[N](α, k))
 
 in plain steps, with price = B · b_c / T(B) (a token fed delays all B rows:
-``StepCost.catch_up_cost``; b_c from ``CatchUpFit``), lag the tokens fed beyond the one a drafting row feeds
-anyway, and horizon the tokens the request may still emit: up to its max_tokens, and
+``StepCost.catch_up_cost``; b_c from ``CatchUpFit``), lag the tokens fed beyond the
+one a drafting row feeds anyway, and horizon the tokens the request may still emit: up to its max_tokens, and
 at most the median output of its scope's finished requests (``OutputLengths``), so a
 client that sends no max_tokens does not make a catch-up look free.
 """
@@ -46,7 +46,8 @@ class CatchUpFit:
 
     def __init__(self, forget: float) -> None:
         self.forget = forget
-        self.w = self.n = self.s = self.nn = self.ns = 0.0  # Σw, Σw·N, Σw·s, Σw·N², Σw·N·s
+        # Σw, Σw·N, Σw·s, Σw·N², Σw·N·s
+        self.w = self.n = self.s = self.nn = self.ns = 0.0
 
     def add(self, seconds: float, tokens: int) -> None:
         f = self.forget
