@@ -14,9 +14,10 @@ priced as an investment spread over the rounds the request has left:
 
 in plain steps, with price = B · b_c / T(B) (a token fed delays all B rows:
 ``StepCost.catch_up_cost``; b_c from ``CatchUpFit``), lag the tokens fed beyond the
-one a drafting row feeds anyway, and horizon the tokens the request may still emit: up
-to its max_tokens, and at most the median output of its scope's finished requests (``OutputLengths``), so a
-client that sends no max_tokens does not make a catch-up look free.
+one a drafting row feeds anyway, and horizon the tokens the request may still emit:
+up to its max_tokens, and at most the median output of its scope's finished requests
+(``OutputLengths``), so a client that sends no max_tokens does not make a catch-up
+look free.
 """
 
 from __future__ import annotations
