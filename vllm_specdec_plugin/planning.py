@@ -137,8 +137,11 @@ class Planner:
         """Most drafts a request at committed length L may get: a round emits up to
         k + 1 tokens, and none past ``end`` (max_tokens: vLLM would verify drafts the
         request can never emit) or max_model_len."""
-        limit = self.max_model_len if end is None else min(end, self.max_model_len)
-        return min(self.k, limit - length - 1)
+        return min(self.k, self._limit(end) - length - 1)
+
+    def _limit(self, end: int | None) -> int:
+        """Committed length a request cannot pass: ``end`` within max_model_len."""
+        return self.max_model_len if end is None else min(end, self.max_model_len)
 
     def _plan_hybrid(self, row: int, req_id: str, req: RequestState, length: int,
                      committed_row: np.ndarray, choices: Choices, estimates: Estimates,
@@ -220,7 +223,7 @@ class Planner:
         lag = length - len(req.tokens) - 1
         if lag <= 0 or not self.catch_up_price:
             return 0.0
-        horizon = (self.max_model_len if end is None else min(end, self.max_model_len)) - length
+        horizon = self._limit(end) - length
         outputs = self.outputs.peek(req.scope)
         typical = outputs.typical() if outputs is not None else None
         if typical is not None:

@@ -260,7 +260,8 @@ class DraftModelProposer:
         estimates = {src: (self.ngram_alpha if src == "ngram" else c.alpha,
                            c.cost_per_draft(batch), c.fixed_cost(batch))
                      for src, c in self.controllers.items()}
-        self.planner.catch_up_price = batch * self.step_cost.catch_up_cost(batch)  # all rows wait
+        if self.uses_model:  # a token fed to the draft delays all rows
+            self.planner.catch_up_price = batch * self.step_cost.catch_up_cost(batch)
         backed_off0 = self.stats.backed_off
         probing = any(c.probing for c in active)
         load_probe = any(c.load_probing for c in active)
