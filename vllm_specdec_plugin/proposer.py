@@ -257,21 +257,20 @@ class DraftModelProposer:
         active = [c for src, c in self.controllers.items() if not (gate_probe and src == "draft")]
         if gate_probe and "draft" in choices:
             choices["draft"] = dict.fromkeys(choices["draft"], (0, "host_time"))
-        estimates = {src: (self.ngram_alpha if src == "ngram" else c.alpha,
-                           c.cost_per_draft(batch), c.fixed_cost(batch))
-                     for src, c in self.controllers.items()}
-        if self.uses_model:  # a token fed to the draft delays all rows
-            self.planner.catch_up_price = batch * self.step_cost.catch_up_cost(batch)
         backed_off0 = self.stats.backed_off
         probing = any(c.probing for c in active)
         load_probe = any(c.load_probing for c in active)
-        if self.prompts_next or skip:
+        if self.prompts_next or skip:  # nothing is priced: the step plans no drafts
             held = dict.fromkeys((req_ids[r] for r in rows), "host_time" if skip else "prompt_next")
-        elif self.config.adaptive:
-            held = batch_check.held([req_ids[r] for r in rows], batch, choices, estimates,
-                                    self.k, probing, self.config.step_min_gain)
         else:
-            held = None
+            estimates = {src: (self.ngram_alpha if src == "ngram" else c.alpha,
+                               c.cost_per_draft(batch), c.fixed_cost(batch))
+                         for src, c in self.controllers.items()}
+            if self.uses_model:  # a token fed to the draft delays all rows
+                self.planner.catch_up_price = batch * self.step_cost.catch_up_cost(batch)
+            held = batch_check.held([req_ids[r] for r in rows], batch, choices, estimates,
+                                    self.k, probing, self.config.step_min_gain) \
+                if self.config.adaptive else None
         if held is not None:  # no plan could pay, a prompt comes next, or the gate: no plans
             plans = []
             for row in rows:

@@ -12,7 +12,9 @@ Four parts, all in seconds:
   identifiable when it varies apart from those before it (n, m, R): in plain steps
   R = n, so q is not, and the fit is T = a + b·n + p·m, a row priced as one token;
   without prefill spread p is not. An unidentifiable slope keeps its last identified
-  value (0 before one).
+  value (0 before one). The sums update every step; the solve runs when the fit is
+  read and ``STEP_FIT_SOLVE_EVERY`` steps have come since the last (the first read
+  always solves).
 - **draft**: a draft round of P forwards over N tokens in all takes P·a_d + N·b_d
   (``DraftFit``).
 - **catch-up**: a round's first pass, which feeds the committed tokens the draft has
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 
 from vllm_specdec_plugin.catch_up import CatchUpFit
 from vllm_specdec_plugin.tuning import (A_MIN, DRAFT_FIT_EMA, MIN_DET, MIN_VAR_TOKENS,
-                                        SPEC_WINDOW, STEP_FIT_DECAY)
+                                        SPEC_WINDOW, STEP_FIT_DECAY, STEP_FIT_SOLVE_EVERY)
 
 
 @dataclass(frozen=True)
@@ -60,16 +62,39 @@ class StepPrice:
 class TargetFit:
     """T(n, m, R) = a + b·n + p·m + q·R seconds (see the module docstring)."""
 
-    __slots__ = ("decay", "w", "mean", "cov", "a", "coef", "_good")
+    __slots__ = ("decay", "w", "mean", "cov", "_a", "_coef", "_good", "_pending", "version")
 
     def __init__(self, decay: float) -> None:
         self.decay = decay
         self.w = 0.0  # Σ weights
         self.mean = [0.0] * 4  # weighted means of n, m, R, T
         self.cov = [[0.0] * 4 for _ in range(4)]  # centred co-moments, [i][j] for i <= j
-        self.a: float | None = None  # seconds
-        self.coef = [0.0, 0.0, 0.0]  # b s/token, p s/prefill token, q s/row
+        self._a: float | None = None  # seconds
+        self._coef = [0.0, 0.0, 0.0]  # b s/token, p s/prefill token, q s/row
         self._good: list[float | None] = [None, None, None]  # last identifiable slopes
+        self._pending = 0  # steps added since the last solve
+        self.version = 0  # solves so far (the caller's cache key)
+
+    def _fresh(self) -> None:
+        # Solving costs more than the rest of a step's bookkeeping; with ~100 steps of
+        # memory, a few steps more or less move the fit by a few per cent.
+        if self._pending and (self._a is None or self._pending >= STEP_FIT_SOLVE_EVERY):
+            self._solve()
+
+    def solve(self) -> None:
+        """Solve now, whatever came since the last solve."""
+        if self._pending:
+            self._solve()
+
+    @property
+    def a(self) -> float | None:
+        self._fresh()
+        return self._a
+
+    @property
+    def coef(self) -> list[float]:
+        self._fresh()
+        return self._coef
 
     @property
     def b(self) -> float:
@@ -95,7 +120,7 @@ class TargetFit:
             row = self.cov[i]
             for j in range(i, 4):
                 row[j] = f * row[j] + d[i] * r[j]
-        self._solve()
+        self._pending += 1
 
     def _c(self, i: int, j: int) -> float:
         return self.cov[i][j] if i <= j else self.cov[j][i]
@@ -114,11 +139,13 @@ class TargetFit:
         rhs = {i: self.cov[i][3] - sum(v * self._c(i, j) for j, v in fixed) for i in ident}
         for i, v in zip(ident, self._nonneg(ident, rhs)):
             self._good[i] = v
-        self.coef = [max(g or 0.0, 0.0) for g in self._good]
+        self._coef = [max(g or 0.0, 0.0) for g in self._good]
         a = self.mean[3]
         for i in range(3):
-            a -= self.coef[i] * self.mean[i]
-        self.a = max(a, A_MIN)
+            a -= self._coef[i] * self.mean[i]
+        self._a = max(a, A_MIN)
+        self._pending = 0
+        self.version += 1
 
     def _nonneg(self, ident: list[int], rhs: dict[int, float]) -> list[float]:
         """Slopes of ``ident`` minimising the weighted squared error, all >= 0: the
@@ -221,6 +248,7 @@ class StepCost:
         self._spec_s: float | None = None  # seconds a verifying step adds (σ·T)
         self._spec_samples: deque[float] = deque(maxlen=SPEC_WINDOW)
         self._spec_first_seen = False
+        self._price: tuple[tuple[int, float | None], StepPrice] | None = None  # cache
 
     # -- observations -------------------------------------------------------------
     def observe_target_step(self, seconds: float, num_tokens: int, prefill_tokens: int = 0,
@@ -268,7 +296,12 @@ class StepCost:
     def price(self) -> StepPrice | None:
         """The fitted target step as a ``StepPrice``; None before any target step."""
         t = self.target
-        return None if t.a is None else StepPrice(t.a, t.b, t.p, t.q, self._spec_s or 0.0)
+        if t.a is None:
+            return None
+        key = (t.version, self._spec_s)  # read ~10 times a step: built once per solve
+        if self._price is None or self._price[0] != key:
+            self._price = key, StepPrice(t.a, t.b, t.p, t.q, self._spec_s or 0.0)
+        return self._price[1]
 
     def step_time(self, num_tokens: float, prefill_tokens: float = 0,
                   rows: float | None = None) -> float | None:

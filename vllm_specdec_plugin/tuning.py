@@ -31,6 +31,11 @@ C_PRIME_DRAFT = 0.05  # not measured: draft forward / target step until measured
 C_PRIME_NGRAM = 0.0  # by definition: an n-gram lookup runs no draft forward
 DRAFT_FIT_EMA = 0.2  # not measured: weight of the newest draft round (~5-round window)
 STEP_FIT_DECAY = 0.99  # not measured: weight kept per step by the target fit (~100-step window)
+# The target fit solves at most once per STEP_FIT_SOLVE_EVERY steps (8 of ~100 steps of
+# memory: a few per cent of the weight). Set by host time, not by accuracy: solving every
+# step was 7 % of propose()'s profiled time at chat c = 16 (experiments/host_time/
+# profile_propose.py --n 16 --profile, smol pair).
+STEP_FIT_SOLVE_EVERY = 8
 SPEC_WINDOW = 15  # not measured: σ is the median of the last 15 verifying steps (robust to a slow one)
 A_MIN = 1e-6  # numerical floor (s) of the fitted intercept, so T(B) > 0 and v(B) < 1
 MIN_VAR_TOKENS = 1e-6  # numerical: weighted variance (tokens²) below which a slope is not identifiable

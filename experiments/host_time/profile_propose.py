@@ -7,8 +7,8 @@ chat, all prompts at once (as a closed loop at c = n starts).
 ``--prometheus`` writes the metrics to files (multiprocess mode), as ``vllm serve``
 does; without it they stay in memory and cost less than served.
 
-Prints propose()'s mean ms per call by batch size, then its top functions by
-cumulative time. Not a benchmark: the profiler slows Python code several-fold; read
+Prints propose()'s mean ms per call by batch size and by path (steps the host gate
+skipped, steps that planned), then its top functions by cumulative time. Not a benchmark: the profiler slows Python code several-fold; read
 the shares, not the milliseconds.
 """
 
@@ -55,6 +55,8 @@ def main() -> None:
 
     prof = cProfile.Profile()
     per_rows: dict[int, list[float]] = collections.defaultdict(list)
+    per_path: dict[str, list[float]] = collections.defaultdict(list)  # host gate skipped or not
+    gate_held = [0]  # stats.no_draft["host_time"] after the last call
     orig = proposer_mod.DraftModelProposer.propose
 
     def timed(self, sampled_token_ids, *a, **kw):  # noqa: ANN001
@@ -68,11 +70,15 @@ def main() -> None:
                 prof.disable()
             rows = sum(1 for s in sampled_token_ids if s)
             per_rows[rows].append(time.perf_counter() - t)
+            skipped = self.stats.no_draft["host_time"] > gate_held[0]
+            gate_held[0] = self.stats.no_draft["host_time"]
+            per_path["gate-skipped" if skipped else "planned"].append(time.perf_counter() - t)
 
     proposer_mod.DraftModelProposer.propose = timed
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     llm.chat(msgs[:2], params)  # warm-up
     per_rows.clear()
+    per_path.clear()
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     outs = llm.chat(msgs, params)
@@ -85,6 +91,9 @@ def main() -> None:
         v = [x for r, xs in per_rows.items() if lo <= r <= hi for x in xs]
         if v:
             print(f"  rows {lo}-{hi}: {len(v)} calls, mean {1000 * sum(v) / len(v):.2f} ms")
+    for path, v in sorted(per_path.items()):
+        print(f"  {path}: {len(v)} calls, mean {1000 * sum(v) / len(v):.2f} ms, "
+              f"median {1000 * sorted(v)[len(v) // 2]:.2f} ms")
     if args.profile:
         pstats.Stats(prof).sort_stats("cumulative").print_stats(args.top)
 

@@ -42,6 +42,30 @@ def test_metrics_follow_prometheus_conventions():
     ProposerMetrics("unit-model-2").verified(1, 1)
 
 
+def test_observe_many_equals_repeated_observes():
+    """The batched histogram write (private prometheus_client fields) books exactly
+    what n observe calls book: a prometheus_client upgrade that moves them fails here."""
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from vllm_specdec_plugin.metrics import observe_many
+
+    def samples(batched: bool) -> list[tuple]:
+        reg = CollectorRegistry()
+        h = Histogram("h", "doc", ("model_name",), buckets=(0, 1, 4, 8), registry=reg)
+        child = h.labels(model_name="m")
+        for value, n in ((0, 5), (3, 2), (8, 1), (20, 3), (4, 0)):
+            if batched:
+                observe_many(child, value, n)
+            else:
+                for _ in range(n):
+                    child.observe(value)
+        return [(s.name, s.labels, s.value) for metric in reg.collect() for s in metric.samples
+                if not s.name.endswith("_created")]
+
+    assert samples(True) == samples(False)
+    assert ("h_count", {"model_name": "m"}, 11.0) in samples(True)
+
+
 @pytest.mark.parametrize("argv,want", [
     (["serve", "m", "--speculative-config", '{"model": "vllm_specdec_plugin.DraftModelProposer"}'], True),
     (["serve", "m", "--speculative-config", '{"method": "ngram"}'], False),

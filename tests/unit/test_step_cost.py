@@ -320,7 +320,30 @@ def test_step_log_line_carries_the_prediction_made_before_the_step(caplog):
     step = summarize.LINE.search(lines[0])
     assert [int(step.group(i)) for i in range(4, 9)] == [6, 0, 4, 1, 6]  # n m rows verify emitted
     assert float(step.group(9)) == pytest.approx(1e3 * before, abs=0.01)
+    cost.target.solve()  # the fit re-solves every few steps: now, to see this one
     assert before != pytest.approx(cost.step_time(6, rows=4))  # the step was observed after
+
+
+def test_target_fit_solves_every_few_steps_and_first_at_once():
+    """The sums take every step; the solve waits for STEP_FIT_SOLVE_EVERY new steps
+    (the first read solves at once), and ``solve`` forces it; price() is rebuilt only
+    after a solve."""
+    from vllm_specdec_plugin.tuning import STEP_FIT_SOLVE_EVERY
+
+    cost = StepCost()
+    cost.observe_target_step(0.012, 1)
+    assert cost.step_time(1) == pytest.approx(0.012)  # first read: solved
+    first = cost.price()
+    for n in range(2, STEP_FIT_SOLVE_EVERY + 1):  # 7 more: not yet
+        cost.observe_target_step(0.010 + 0.002 * n, n)
+        assert cost.price() is first
+    cost.observe_target_step(0.010 + 0.002 * 9, 9)  # the 8th since the solve
+    assert cost.price() is not first
+    assert cost.price().per_token_s > 0
+    cost.observe_target_step(0.010 + 0.002 * 3, 3)
+    stale = cost.price()
+    cost.target.solve()
+    assert cost.price() is not stale
 
 
 def test_step_log_summary_prices_verifying_steps_against_measured_plain_ones():
