@@ -152,7 +152,8 @@ class SpecDecConfig:
     """Lazy draft prefill: at most this many committed tokens are fed to the draft per
     engine step, over all requests. A longer catch-up (a long prompt's first round)
     is fed in chunks over several steps, drafting nothing until it is caught up, so
-    one long prompt in a full batch never costs more than this per step."""
+    one long prompt in a full batch never costs more than this per step. In a step of
+    several rows the feed is also bounded in time (``tuning.CATCH_UP_STEP_MAX``)."""
 
     draft_kv_cache_mib: float = 256.0
     """Memory budget of the draft KV cache in MiB; sets the number of blocks. When the

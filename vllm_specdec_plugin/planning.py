@@ -11,9 +11,10 @@ source's measured acceptance for the request and its measured cost
 acceptance of matches as long as its own (``match_pricing``); with adaptive k its
 number of drafts is the optimum at that price, up to what the lookup found.
 A draft-model plan is priced with the catch-up of its lagging draft KV, spread over
-the rounds the request has left (``catch_up``). Lazy draft prefill is chunked under a
-per-round token budget so a long prompt joining a busy batch costs at most that
-budget per step.
+the rounds the request has left (``catch_up``). What a round feeds is chunked under a
+per-round budget: ``draft_prefill_budget`` tokens, and in a step of several rows at
+most what delays it by ``CATCH_UP_STEP_MAX`` plain steps, so a long prompt or a long
+lag in a busy batch stalls no step.
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ class Planner:
         # plain steps a committed token fed to the draft costs this step's B rows
         # (``catch_up``; the proposer sets it each step, 0 unmeasured)
         self.catch_up_price = 0.0
+        # committed tokens a round may feed before it delays the step's rows by more
+        # than CATCH_UP_STEP_MAX plain steps (``StepCost.catch_up_room``; None: unbounded)
+        self.catch_up_room: int | None = None
         self.outputs = ScopedStore(OutputLengths)  # finished outputs per scope (the caller adds)
         self.uses_model = config.method in ("draft", "hybrid")
         self.uses_ngram = config.method in ("ngram", "hybrid")
@@ -239,14 +243,18 @@ class Planner:
                     length=length, k=k)
 
     def fit(self, plans: list[Plan]) -> list[Plan]:
-        """Apply the prefill budget and reserve draft KV; returns the plans that run,
-        sorted by k descending (the round runner relies on that order).
+        """Apply the round's feed budget and reserve draft KV; returns the plans that
+        run, sorted by k descending (the round runner relies on that order).
 
-        Smallest catch-ups go first. A plan whose catch-up exceeds what is left of
-        the budget feeds a chunk and drafts nothing this round; a plan the pool
-        cannot hold drafts nothing (both counted).
+        The budget is ``draft_prefill_budget`` tokens, and at most ``catch_up_room``
+        (the tokens that delay the step by ``CATCH_UP_STEP_MAX`` plain steps). Smallest
+        catch-ups go first. A plan whose catch-up exceeds what is left of the budget
+        feeds a chunk and drafts nothing this round; a plan the pool cannot hold
+        drafts nothing (both counted).
         """
         budget = self.config.draft_prefill_budget
+        if self.catch_up_room is not None:
+            budget = min(budget, self.catch_up_room)
         run: list[Plan] = []
         for p in sorted(plans, key=lambda p: len(p.new_tokens)):
             if len(p.new_tokens) > budget:

@@ -268,6 +268,7 @@ class DraftModelProposer:
                          for src, c in self.controllers.items()}
             if self.uses_model:  # a token fed to the draft delays all rows
                 self.planner.catch_up_price = batch * self.step_cost.catch_up_cost(batch)
+                self.planner.catch_up_room = self.step_cost.catch_up_room(batch)
             held = batch_check.held([req_ids[r] for r in rows], batch, choices, estimates,
                                     self.k, probing, self.config.step_min_gain) \
                 if self.config.adaptive else None

@@ -45,6 +45,13 @@ MIN_VAR_TOKENS = 1e-6  # numerical: weighted variance (tokens²) below which a s
 # scope's last OUTPUT_WINDOW finished requests. Not measured: 32 answers make a stable
 # median; a scope's traffic changes slower than that.
 OUTPUT_WINDOW = 32
+# The most a draft round's catch-up may delay a step with more than one row, in plain
+# steps at that batch (``StepCost.catch_up_room``; longer catch-ups are fed in chunks
+# over the next rounds). One plain step is what the row ledger lets a step take beyond
+# 1 + row_slack (CREDIT_MAX). Before it, at chat c = 8 (smol, bf16; results/
+# 2026-12-01-2c3818b-serving-smol-sharegpt-c8-bf16-in-tree/) rounds of 0.1-0.3 s stalled
+# the batch (4, 0 and 2 a cell, 2-7 plain steps) and set the plugin's TPOT p99 (1.16x).
+CATCH_UP_STEP_MAX = 1.0
 FIT_LOG_S = 60.0  # not measured: the step cost fit is logged at most once a minute (step_record)
 MIN_DET = 1e-4  # numerical: relative determinant below which two regressors cannot be told apart
 

@@ -21,12 +21,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from summarize import steps  # noqa: E402
 
 import vllm_specdec_plugin.step_cost as step_cost  # noqa: E402
+import vllm_specdec_plugin.target_fit as target_fit  # noqa: E402
 
 CADENCES = (1, 8, 32)
 
 
 def replay(rows: list[dict], every: int) -> tuple[list[float], dict]:
-    step_cost.STEP_FIT_SOLVE_EVERY = every  # the module's global, read at each solve check
+    target_fit.STEP_FIT_SOLVE_EVERY = every  # the module's global, read at each solve check
     cost, ratios = step_cost.StepCost(), []
     for s in rows:
         n, m, r = s["n"], s["m"], s["rows"]

@@ -12,7 +12,7 @@ repetitive prompts at once, so its decode steps carry between B and B·(1 + k) t
 at the same B. Each decode step's target time (forward, sampling and rejection,
 drafting excluded: ``compat/step_timers.py``) is regressed on its token count: the
 slope is what one more verify token costs at that batch, the thing the plugin's
-online fit (``step_cost.TargetFit``) estimates from served steps.
+online fit (``target_fit.TargetFit``) estimates from served steps.
 """
 
 from __future__ import annotations

@@ -399,11 +399,18 @@ def test_a_row_held_for_its_alpha_keeps_the_step_open_when_a_long_match_could_pa
     assert batch_check.held(["a"], 1, choices, estimates, p.k, probing=False) is None
 
 
-def test_long_catch_up_is_chunked_under_the_prefill_budget(tiny, monkeypatch):
+@pytest.mark.parametrize("bound", ["tokens", "time"])
+def test_long_catch_up_is_chunked_under_the_prefill_budget(tiny, monkeypatch, bound):
     """A prompt longer than the budget is fed in chunks over several rounds, drafting
-    nothing until caught up; a short request in the same batch drafts every round."""
+    nothing until caught up; a short request in the same batch drafts every round.
+    The budget is draft_prefill_budget, or the step's catch-up room (the tokens that
+    delay it by CATCH_UP_STEP_MAX plain steps), whichever is smaller."""
     model, path = tiny
-    p = make_proposer(monkeypatch, path, k=3, max_model_len=256, draft_prefill_budget=40)
+    if bound == "tokens":
+        p = make_proposer(monkeypatch, path, k=3, max_model_len=256, draft_prefill_budget=40)
+    else:
+        p = make_proposer(monkeypatch, path, k=3, max_model_len=256)
+        monkeypatch.setattr(p.step_cost, "catch_up_room", lambda batch: 40 if batch > 1 else None)
     attach(p, FakeRunner(["long", "short"]))
     g = torch.Generator().manual_seed(3)
     long = torch.randint(4, V, (100,), generator=g).tolist()

@@ -9,11 +9,13 @@ import pytest
 from vllm_specdec_plugin.batch_check import _priced
 from vllm_specdec_plugin.catch_up import CatchUpFit, OutputLengths, round_cost
 from vllm_specdec_plugin.config import SpecDecConfig
-from vllm_specdec_plugin.planning import Planner
+from vllm_specdec_plugin.kv import BlockAllocator
+from vllm_specdec_plugin.planning import Plan, Planner
 from vllm_specdec_plugin.request_state import RequestState
 from vllm_specdec_plugin.speedup import expected_tokens
 from vllm_specdec_plugin.step_cost import StepCost
 from vllm_specdec_plugin.tenancy import UNSALTED
+from vllm_specdec_plugin.tuning import CATCH_UP_STEP_MAX
 
 pytestmark = pytest.mark.unit
 
@@ -46,6 +48,51 @@ def test_step_cost_prices_a_token_fed_in_plain_steps_at_the_batch():
     assert cost.snapshot()["catch_up_b"] == pytest.approx(1e-4, rel=0.05)
     with pytest.raises(ValueError, match="catch-up"):
         cost.observe_catch_up(0.01, 0)
+
+
+def test_a_round_may_feed_one_plain_steps_worth_where_other_rows_wait():
+    """T(B) = 20 ms + 2 ms a token, b_c = 0.1 ms: at B = 8 a round may feed 36 ms /
+    0.1 ms = 360 tokens; never fewer than one a row; a lone row and an unmeasured fit
+    are not bounded."""
+    cost = StepCost()
+    assert cost.catch_up_room(8) is None  # nothing measured
+    for n in (4, 8, 16, 32) * 10:
+        cost.observe_target_step(0.02 + 0.002 * n, n)
+    assert cost.catch_up_room(8) is None  # no catch-up pass yet
+    for n in (16, 200, 40, 900):
+        cost.observe_catch_up(0.004 + 1e-4 * n, n)
+    room = CATCH_UP_STEP_MAX * cost.step_time(8) / cost.catch_up.per_token()
+    assert cost.catch_up_room(8) == int(room) and 340 < room < 380
+    assert cost.catch_up_room(1) is None  # only its own catch-up delays a lone row
+    slow = StepCost()
+    slow.observe_target_step(0.01, 4)
+    slow.observe_catch_up(1.0, 10)  # 0.1 s a token: the room would round to 0
+    assert slow.catch_up_room(4) == 4
+
+
+def test_the_round_feeds_within_the_room_smallest_first_and_chunks_the_rest():
+    """Room 100: the rows feeding 1 and 5 tokens draft; a 300-token prompt feeds the
+    94 left and drafts nothing this round (counted); with the room lifted it feeds all."""
+    def fit(room: int | None) -> tuple[list[Plan], list[str]]:
+        reasons: list[str] = []
+        config = SpecDecConfig(num_speculative_tokens=4, method="draft",
+                               draft_model="unused")
+        planner = Planner(config, max_model_len=4096,
+                          allocator=BlockAllocator(num_blocks=64, block_size=16),
+                          no_draft=reasons.append)
+        planner.catch_up_room = room
+        plans = [Plan(row=r, req_id=str(r), req=RequestState(), new_tokens=[7] * n,
+                      length=n, k=4) for r, n in enumerate((300, 1, 5))]
+        return planner.fit(plans), reasons
+
+    run, reasons = fit(100)
+    assert sorted((p.row, len(p.new_tokens), p.k) for p in run) == [(0, 94, 0), (1, 1, 4),
+                                                                    (2, 5, 4)]
+    assert reasons == ["prefill_budget"]
+    run, reasons = fit(None)  # only draft_prefill_budget (2048) bounds it
+    assert sorted((p.row, len(p.new_tokens), p.k) for p in run) == [(0, 300, 4), (1, 1, 4),
+                                                                    (2, 5, 4)]
+    assert reasons == []
 
 
 def test_the_catch_up_is_spread_over_the_rounds_left_and_paid_whole_at_the_end():

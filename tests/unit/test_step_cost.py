@@ -389,7 +389,8 @@ def test_split_tokens_counts_decode_verify_and_prefill():
 PURE = {  # module -> the package modules it may import (each itself pure)
     "tuning": set(),
     "speedup": {"tuning"},
-    "step_cost": {"catch_up", "tuning"},
+    "step_cost": {"catch_up", "target_fit", "tuning"},
+    "target_fit": {"tuning"},
     "catch_up": {"speedup", "tuning"},
     "step_record": {"row_credit", "step_cost", "tuning"},
     "row_credit": {"tuning"},
