@@ -3,7 +3,9 @@
 cells), and per busy stretch the sums, in seconds, of the engine loop between steps,
 schedule, the wait for the worker (step less schedule and update), update_from_output
 and post_step; the worker's forward (execute_model) and sample_tokens (sampling and,
-with a proposer, propose()); and the steps that carried a new prompt.
+with a proposer, propose()); the steps that carried a new prompt; and the stalls:
+``sample_tokens`` or post_step calls over ``STALL_MS`` in a step of more than one row
+(where a proposer's draft round or deferred drafting holds the whole batch).
 
     python experiments/engine_timeline/summarize.py results/RUN/serve-*-rep0.log [...]
 """
@@ -17,6 +19,7 @@ E = re.compile(r"timeline E t (\S+) loop (\S+) sched (\S+) exec \S+ update (\S+)
                r"post (\S+) \| tok (\d+) rows (\d+) new (\d+) spec (\d+)")
 W = re.compile(r"timeline W fwd (\S+) sample (\S+)")
 IDLE_MS = 1000.0
+STALL_MS = 50.0  # several plain steps at chat c = 8 on the smol pair (~25-50 ms a step)
 
 
 def read(path: str) -> tuple[list[dict], list[tuple[float, float]]]:
@@ -62,6 +65,11 @@ def main(paths: list[str]) -> None:
                   f"{S('update'):.2f} post {S('post'):.2f} | with a prompt {len(new)} steps, "
                   f"fwd {S('fwd', new):.2f} sample {S('sample', new):.2f} | spec tokens "
                   f"{sum(s['spec'] for s in part)}")
+            busy = [s for s in part if s["rows"] > 1]
+            stalls = [f"{key} {s[key]:.0f}" for s in busy for key in ("sample", "post")
+                      if s[key] > STALL_MS]
+            print(f"    stalls (> {STALL_MS:.0f} ms at > 1 row): {len(stalls)}"
+                  + (f": {', '.join(stalls)} ms" if stalls else ""))
 
 
 if __name__ == "__main__":
