@@ -197,10 +197,13 @@ class StepCost:
         step's rows by at most ``CATCH_UP_STEP_MAX`` plain steps: that share of T(B) /
         b_c, at least B (one a row). T(B) is at most the last step without prefill:
         a young fit extrapolates to a batch it has not seen (a start burst at chat c = 8
-        predicted 350-400 ms for 35-75 ms steps). None where nothing bounds it: a
-        single row (it waits only for its own catch-up, which its plan priced) or no
-        fit yet."""
+        predicted 350-400 ms for 35-75 ms steps). Before the first catch-up pass the
+        target's own prefill token (p) stands in for b_c: the draft is the smaller
+        model, so that feeds less, not more. None where nothing bounds it: a single row
+        (it waits only for its own catch-up, which its plan priced) or no fit yet."""
         t, b = self.step_time(batch_size), self.catch_up.per_token()
+        if b is None and t:
+            b = self.target.p or None
         if batch_size <= 1 or b is None or not t:
             return None
         if self._decode_s:

@@ -58,7 +58,13 @@ def test_a_round_may_feed_one_plain_steps_worth_where_other_rows_wait():
     assert cost.catch_up_room(8) is None  # nothing measured
     for n in (4, 8, 16, 32) * 10:
         cost.observe_target_step(0.02 + 0.002 * n, n)
-    assert cost.catch_up_room(8) is None  # no catch-up pass yet
+    assert cost.catch_up_room(8) is None  # no catch-up pass yet, no prefill step seen
+    young = StepCost()
+    # 20 ms + 2 ms a token + 1 ms a prompt token
+    for n, m in ((8, 0), (1, 300), (16, 0), (1, 900)) * 5:
+        young.observe_target_step(0.02 + 0.002 * n + 0.001 * m, n, m)
+    room = CATCH_UP_STEP_MAX * young.step_time(8) / young.target.p  # p stands in for b_c
+    assert young.catch_up_room(8) == int(room) and 35 < room < 37
     for n in (16, 200, 40, 900):
         cost.observe_catch_up(0.004 + 1e-4 * n, n)
     room = CATCH_UP_STEP_MAX * cost.step_time(8) / cost.catch_up.per_token()
