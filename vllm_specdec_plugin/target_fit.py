@@ -11,14 +11,17 @@ it varies apart from those before it (n, m, R): in plain steps R = n, so q is no
 the fit is T = a + b·n + p·m, a row priced as one token; without prefill spread p is
 not. An unidentifiable slope keeps its last identified value (0 before one). The sums
 update every step; the solve runs when the fit is read and ``STEP_FIT_SOLVE_EVERY``
-steps have come since the last (the first read always solves).
+steps have come since the last, or a step came that the last solve mispredicted by more
+than a factor ``STEP_FIT_SURPRISE`` (a batch size it has not seen: the first steps
+after a burst of prompts); the first read always solves.
 """
 
 from __future__ import annotations
 
 import itertools
 
-from vllm_specdec_plugin.tuning import A_MIN, MIN_DET, MIN_VAR_TOKENS, STEP_FIT_SOLVE_EVERY
+from vllm_specdec_plugin.tuning import (A_MIN, MIN_DET, MIN_VAR_TOKENS, STEP_FIT_SOLVE_EVERY,
+                                        STEP_FIT_SURPRISE)
 
 
 class TargetFit:
@@ -83,6 +86,11 @@ class TargetFit:
             for j in range(i, 4):
                 row[j] = f * row[j] + d[i] * r[j]
         self._pending += 1
+        if self._a is not None and self._pending < STEP_FIT_SOLVE_EVERY:
+            c = self._coef
+            pred = self._a + c[0] * n + c[1] * m + c[2] * rows
+            if not pred / STEP_FIT_SURPRISE <= seconds <= pred * STEP_FIT_SURPRISE:
+                self._pending = STEP_FIT_SOLVE_EVERY  # the next read solves
 
     def _c(self, i: int, j: int) -> float:
         return self.cov[i][j] if i <= j else self.cov[j][i]

@@ -38,6 +38,13 @@ STEP_FIT_DECAY = 0.99  # not measured: weight kept per step by the target fit (~
 # (experiments/step_log/fit_cadence.py), the median predicted/measured plain step moves
 # by at most 0.004 against solving every step (chat c = 4, 8 and 16).
 STEP_FIT_SOLVE_EVERY = 8
+# ... and at once after a step the last solve mispredicted by more than this factor. At
+# steady load predicted/measured plain steps spread over 0.80-1.55 (p10-p90, chat c = 8);
+# in the first steps of a start burst a young fit read 9-22x (results/2026-12-01-
+# 2fd7db6-...: 1,155 ms predicted for 53 ms steps at 8 rows), and for the 8 steps until
+# the next solve every plan was priced on it: k = 8 drafts for every row, 0.1-0.2 s
+# draft rounds.
+STEP_FIT_SURPRISE = 2.0
 SPEC_WINDOW = 15  # not measured: σ is the median of the last 15 verifying steps (robust to a slow one)
 A_MIN = 1e-6  # numerical floor (s) of the fitted intercept, so T(B) > 0 and v(B) < 1
 MIN_VAR_TOKENS = 1e-6  # numerical: weighted variance (tokens²) below which a slope is not identifiable

@@ -1,5 +1,7 @@
-"""Replay a served log's steps through the target step fit at several solve cadences
-(``STEP_FIT_SOLVE_EVERY``) and compare how well each predicts the plain steps.
+"""Replay a served log's steps through the target step fit at several solve policies
+(``STEP_FIT_SOLVE_EVERY``, with or without the ``STEP_FIT_SURPRISE`` trigger) and
+compare how well each predicts the plain steps: at steady load, and in the first steps
+at 4 rows or more (the start burst, where a young fit meets a batch size it has not seen).
 
     python experiments/step_log/fit_cadence.py results/RUN/serve-plugin-*-rep0.log [...]
 
@@ -8,11 +10,13 @@ step_log/logging.json``). Each step is fed to a fresh ``StepCost`` as ``step_rec
 feeds it (seconds less the exact sampler); before each plain step of 4 rows or more
 without a prompt, the fit's prediction is compared with the measured step. Prints per
 log and cadence: steps compared, median and 10th/90th percentiles of predicted /
-measured, and the final a, b, q, p in ms.
+measured, the worst of the first ``BURST`` such steps, the solves, and the final a, b,
+q, p in ms.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -23,11 +27,13 @@ from summarize import steps  # noqa: E402
 import vllm_specdec_plugin.step_cost as step_cost  # noqa: E402
 import vllm_specdec_plugin.target_fit as target_fit  # noqa: E402
 
-CADENCES = (1, 8, 32)
+# (solve every, surprise factor): the module's globals, read at each solve check
+POLICIES = ((1, math.inf), (8, math.inf), (8, 2.0), (32, 2.0))
+BURST = 10
 
 
-def replay(rows: list[dict], every: int) -> tuple[list[float], dict]:
-    target_fit.STEP_FIT_SOLVE_EVERY = every  # the module's global, read at each solve check
+def replay(rows: list[dict], every: int, surprise: float) -> tuple[list[float], dict, int]:
+    target_fit.STEP_FIT_SOLVE_EVERY, target_fit.STEP_FIT_SURPRISE = every, surprise
     cost, ratios = step_cost.StepCost(), []
     for s in rows:
         n, m, r = s["n"], s["m"], s["rows"]
@@ -39,22 +45,25 @@ def replay(rows: list[dict], every: int) -> tuple[list[float], dict]:
             if pred:
                 ratios.append(pred / seconds)
         cost.observe_target_step(seconds, n, m, r)
-    return ratios, cost.snapshot()
+    return ratios, cost.snapshot(), cost.target.version
 
 
 def main(paths: list[str]) -> None:
     for path in paths:
         rows = steps(path)
-        for every in CADENCES:
-            ratios, snap = replay(rows, every)
+        for every, surprise in POLICIES:
+            ratios, snap, solves = replay(rows, every, surprise)
+            policy = f"every {every:2d}" + ("" if surprise == math.inf else f" + x{surprise:g}")
             if len(ratios) < 10:
-                print(f"{path}: solve every {every}: {len(ratios)} plain steps, too few")
+                print(f"{path}: {policy}: {len(ratios)} plain steps, too few")
                 continue
             dec = statistics.quantiles(ratios, n=10)
+            burst = max(ratios[:BURST], key=lambda x: max(x, 1 / x))
             fit = " ".join(f"{k} {1e3 * snap[k]:.3g}" for k in ("a", "b", "q", "p"))
-            print(f"{Path(path).name}: solve every {every:2d}: {len(ratios)} plain steps, "
+            print(f"{Path(path).name}: {policy:14s}: {len(ratios)} plain steps, "
                   f"predicted/measured median {statistics.median(ratios):.3f} "
-                  f"[p10 {dec[0]:.2f}, p90 {dec[-1]:.2f}]; final ms: {fit}")
+                  f"[p10 {dec[0]:.2f}, p90 {dec[-1]:.2f}], worst of the first {BURST} "
+                  f"{burst:.2f}; {solves} solves; final ms: {fit}")
 
 
 if __name__ == "__main__":

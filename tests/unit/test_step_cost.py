@@ -334,16 +334,33 @@ def test_target_fit_solves_every_few_steps_and_first_at_once():
     cost.observe_target_step(0.012, 1)
     assert cost.step_time(1) == pytest.approx(0.012)  # first read: solved
     first = cost.price()
-    for n in range(2, STEP_FIT_SOLVE_EVERY + 1):  # 7 more: not yet
+    for i in range(STEP_FIT_SOLVE_EVERY - 1):  # 7 more, within 2x of 12 ms: not yet
+        n = 2 + i % 3
         cost.observe_target_step(0.010 + 0.002 * n, n)
         assert cost.price() is first
-    cost.observe_target_step(0.010 + 0.002 * 9, 9)  # the 8th since the solve
+    cost.observe_target_step(0.010 + 0.002 * 2, 2)  # the 8th since the solve
     assert cost.price() is not first
     assert cost.price().per_token_s > 0
     cost.observe_target_step(0.010 + 0.002 * 3, 3)
     stale = cost.price()
     cost.target.solve()
     assert cost.price() is not stale
+
+
+def test_a_step_the_fit_mispredicts_by_more_than_the_surprise_factor_solves_at_once():
+    """A young fit that has seen one row meets a batch of 8 (a start burst): the first
+    such step, 2x off or more, makes the next read solve instead of waiting 8 steps."""
+    from vllm_specdec_plugin.tuning import STEP_FIT_SURPRISE
+
+    cost = StepCost()
+    for n in (1, 2, 3) * 4:
+        cost.observe_target_step(0.020 + 0.002 * n, n)
+    young = cost.price()
+    assert cost.price() is young
+    cost.observe_target_step(young.seconds(8) * 1.5, 8)  # off, but within the factor
+    assert cost.price() is young
+    cost.observe_target_step(young.seconds(8) / (STEP_FIT_SURPRISE * 1.1), 8)
+    assert cost.price() is not young
 
 
 def test_step_log_summary_prices_verifying_steps_against_measured_plain_ones():
