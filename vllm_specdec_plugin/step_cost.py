@@ -98,7 +98,6 @@ class StepCost:
         self._spec_samples: deque[float] = deque(maxlen=SPEC_WINDOW)
         self._spec_first_seen = False
         self._price: tuple[tuple[int, float | None], StepPrice] | None = None  # cache
-        self._decode_s: float | None = None  # the last target step without prefill, s
 
     # -- observations -------------------------------------------------------------
     def observe_target_step(self, seconds: float, num_tokens: int, prefill_tokens: int = 0,
@@ -113,8 +112,6 @@ class StepCost:
                              f"<= tokens, got {seconds!r}, {num_tokens!r}, {prefill_tokens!r}, "
                              f"{rows!r}")
         self.target.add(seconds, num_tokens, prefill_tokens, rows)
-        if not prefill_tokens:
-            self._decode_s = seconds
 
     def observe_draft_step(self, seconds: float, num_forwards: int, num_tokens: int) -> None:
         """One draft round: wall seconds of ``num_forwards`` forwards that ran
@@ -195,19 +192,20 @@ class StepCost:
     def catch_up_room(self, batch_size: int) -> int | None:
         """Committed tokens one draft round may feed at batch B so that it delays the
         step's rows by at most ``CATCH_UP_STEP_MAX`` plain steps: that share of T(B) /
-        b_c, at least B (one a row). T(B) is at most the last step without prefill:
-        a young fit extrapolates to a batch it has not seen (a start burst at chat c = 8
-        predicted 350-400 ms for 35-75 ms steps). Before the first catch-up pass the
-        target's own prefill token (p) stands in for b_c: the draft is the smaller
-        model, so that feeds less, not more. None where nothing bounds it: a single row
-        (it waits only for its own catch-up, which its plan priced) or no fit yet."""
+        b_c, at least B (one a row). Before the first catch-up pass the target's own
+        prefill token (p) stands in for b_c: the draft is the smaller model, so that
+        feeds less, not more. None where nothing bounds it: a single row (it waits only
+        for its own catch-up, which its plan priced) or no fit yet.
+
+        Only the fits enter, never the last step's own seconds: a cap by recent steps
+        would let one tenant's traffic move another's drafts (tests/engine/
+        test_tenant_isolation.py). A fit that has not seen this batch size can still
+        read T(B) long for one round; its surprise solve corrects it a step later."""
         t, b = self.step_time(batch_size), self.catch_up.per_token()
         if b is None and t:
             b = self.target.p or None
         if batch_size <= 1 or b is None or not t:
             return None
-        if self._decode_s:
-            t = min(t, self._decode_s)
         return max(batch_size, int(CATCH_UP_STEP_MAX * t / b))
 
     def load_cost(self, batch_size: int) -> float:
