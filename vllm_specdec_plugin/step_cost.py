@@ -201,10 +201,12 @@ class StepCost:
         would let one tenant's traffic move another's drafts (tests/engine/
         test_tenant_isolation.py). A fit that has not seen this batch size can still
         read T(B) long for one round; its surprise solve corrects it a step later."""
+        if batch_size <= 1:
+            return None
         t, b = self.step_time(batch_size), self.catch_up.per_token()
-        if b is None and t:
-            b = self.target.p or None
-        if batch_size <= 1 or b is None or not t:
+        if b is None:
+            b = self.target.p if t else None
+        if not b or not t:
             return None
         return max(batch_size, int(CATCH_UP_STEP_MAX * t / b))
 

@@ -41,9 +41,9 @@ STEP_FIT_SOLVE_EVERY = 8
 # ... and at once after a step the last solve mispredicted by more than this factor. At
 # steady load predicted/measured plain steps spread over 0.80-1.55 (p10-p90, chat c = 8);
 # in the first steps of a start burst a young fit read 9-22x (results/2026-12-01-
-# 2fd7db6-...: 1,155 ms predicted for 53 ms steps at 8 rows), and for the 8 steps until
-# the next solve every plan was priced on it: k = 8 drafts for every row, 0.1-0.2 s
-# draft rounds.
+# 2fd7db6-...: 1,155 ms predicted for 31-53 ms steps at 8 rows), and until the next
+# solve (4 steps there) every plan was priced on it: k = 8 drafts for every row,
+# 0.1-0.2 s draft rounds.
 STEP_FIT_SURPRISE = 2.0
 SPEC_WINDOW = 15  # not measured: σ is the median of the last 15 verifying steps (robust to a slow one)
 A_MIN = 1e-6  # numerical floor (s) of the fitted intercept, so T(B) > 0 and v(B) < 1
@@ -58,6 +58,9 @@ OUTPUT_WINDOW = 32
 # 1 + row_slack (CREDIT_MAX). Before it, at chat c = 8 (smol, bf16; results/
 # 2026-12-01-2c3818b-serving-smol-sharegpt-c8-bf16-in-tree/) rounds of 0.1-0.3 s stalled
 # the batch (4, 0 and 2 a cell, 2-7 plain steps) and set the plugin's TPOT p99 (1.16x).
+# With it and STEP_FIT_SURPRISE: 0, 0 and 1 (55 ms) a cell (results/2026-12-01-2017683-
+# serving-smol-sharegpt-c8-bf16-catch-up-bound/, with a step-time cap since removed).
+# Not measured against other values.
 CATCH_UP_STEP_MAX = 1.0
 FIT_LOG_S = 60.0  # not measured: the step cost fit is logged at most once a minute (step_record)
 MIN_DET = 1e-4  # numerical: relative determinant below which two regressors cannot be told apart
