@@ -23,6 +23,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
+from split import load_name  # noqa: E402
 from summarize import STALL_MS, read  # noqa: E402
 
 
@@ -48,9 +49,9 @@ def waits(cell: dict, log: str) -> list[dict]:
 
 def main(run: str, configs: list[str]) -> None:
     cells = json.load(open(os.path.join(run, "serving.json")))["cells"]
-    print("config rep | TTFT p50 | in flight p50 mean | after p50 | landed in: verify, "
+    print("load config rep | TTFT p50 | in flight p50 mean | after p50 | landed in: verify, "
           "long sample | in-flight step p50 (ms)")
-    for c in sorted(cells, key=lambda c: (c["config"], c["repetition"])):
+    for c in sorted(cells, key=lambda c: (load_name(c), c["config"], c["repetition"])):
         if configs and c["config"] not in configs:
             continue
         log = os.path.join(run, f"serve-{c['config']}-rep{c['repetition']}.log")
@@ -62,7 +63,7 @@ def main(run: str, configs: list[str]) -> None:
         spec = sum(1 for s in landed if s["spec"]) / len(w)
         long = sum(1 for s in landed if s.get("sample", 0.0) > STALL_MS) / len(w)
         dur = [(s["step"] + s["post"]) / 1e3 for s in landed] or [0.0]
-        print(f"{c['config']} {c['repetition']} | {med([x['ttft'] for x in w]):.0f} | "
+        print(f"{load_name(c)} {c['config']} {c['repetition']} | {med([x['ttft'] for x in w]):.0f} | "
               f"{med([x['res'] for x in w]):.0f} {statistics.mean(x['res'] for x in w) * 1e3:.0f} | "
               f"{med([x['ttft'] - x['res'] for x in w]):.0f} | {spec:.0%}, {long:.0%} | "
               f"{med(dur):.0f}")
