@@ -111,6 +111,25 @@ def test_drafts_are_the_draft_models_greedy_continuation(tiny, monkeypatch):
     assert p.stats.resyncs == 0
 
 
+def test_each_draft_round_logs_one_debug_line(tiny, monkeypatch, caplog):
+    """A round logs its seconds, the committed tokens it fed, its rows, drafts and
+    passes at DEBUG on the step logger (experiments/step_log turns it on), so a long
+    ``sample_tokens`` in a served timeline can be told apart from a host pause."""
+    import logging
+    import re
+
+    _, path = tiny
+    p = make_proposer(monkeypatch, path, k=3)
+    attach(p, FakeRunner(["a", "b"]))
+    n, arr = Batch([[1, 2, 3, 4, 5], [7, 8]]).arrays()
+    with caplog.at_level(logging.DEBUG, logger="vllm.specdec_plugin.steps"):
+        p.propose([[5], [8]], n, arr)
+    lines = [r.getMessage() for r in caplog.records if "specdec round:" in r.getMessage()]
+    assert len(lines) == 1
+    m = re.search(r"s (\S+) fed (\d+) rows (\d+) drafts (\d+) passes (\d+)", lines[0])
+    assert float(m.group(1)) > 0
+    assert [int(m.group(i)) for i in range(2, 6)] == [7, 2, 6, 3]  # both prompts, k 3 each
+
 def test_the_draft_cost_fit_books_drafting_passes_not_a_lazy_prefill(tiny, monkeypatch):
     """A round whose pass 1 catches up a prompt books only its decode passes into the
     draft's cost fit (a prompt's tokens read as dearer forwards while b_d is unknown);

@@ -22,6 +22,7 @@ from vllm_specdec_plugin.draft.sampler import DraftSampler
 from vllm_specdec_plugin.planning import Plan
 from vllm_specdec_plugin.row_inputs import sampling_inputs, seed_for
 from vllm_specdec_plugin.step_cost import StepCost
+from vllm_specdec_plugin.step_record import step_log
 
 
 class DecodePassTimer:
@@ -84,6 +85,10 @@ class DraftBatch:
         self.seconds += dt
         self.forwards += passes
         self.metrics.draft_step(dt)
+        # DEBUG per round (experiments/step_log): tells a long sample_tokens that is
+        # this round from a host pause, in the timeline of a served cell
+        step_log.debug("specdec round: s %.2f fed %d rows %d drafts %d passes %d", 1e3 * dt,
+                       fed, len(plans), sum(p.k for p in plans), passes)
         later = sum(max(p.k - 1, 0) for p in plans)  # one token per row per later pass
         decode_s = timer.decode_seconds() if passes > 1 else 0.0
         # pass 1 (the round's set-up and every row's catch-up): prices a lagging draft KV
