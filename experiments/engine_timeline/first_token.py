@@ -23,16 +23,13 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from split import load_name  # noqa: E402
-from summarize import STALL_MS, read  # noqa: E402
+from split import cell_load, serve_logs  # noqa: E402
+from summarize import STALL_MS, read_paired  # noqa: E402
 
 
-def waits(cell: dict, log: str) -> list[dict]:
-    """Per request: arrival a (s), ttft (s), in-flight residual (s), that step's row."""
-    eng, wrk = read(log)
-    if len(wrk) == len(eng):
-        for s, (fwd, sample) in zip(eng, wrk):
-            s["fwd"], s["sample"] = fwd, sample
+def waits(cell: dict, eng: list[dict]) -> list[dict]:
+    """Per request: arrival a (s), ttft (s), in-flight residual (s), that step's row
+    (``eng``: the server's steps, ``read_paired``)."""
     starts = [s["t"] for s in eng]
     out = []
     for a, ttft in zip(cell["start_times"], cell["ttfts"]):
@@ -51,19 +48,18 @@ def main(run: str, configs: list[str]) -> None:
     cells = json.load(open(os.path.join(run, "serving.json")))["cells"]
     print("load config rep | TTFT p50 | in flight p50 mean | after p50 | landed in: verify, "
           "long sample | in-flight step p50 (ms)")
-    for c in sorted(cells, key=lambda c: (load_name(c), c["config"], c["repetition"])):
-        if configs and c["config"] not in configs:
+    logs = serve_logs(run, lambda path: read_paired(path)[0])
+    for c in sorted(cells, key=lambda c: (cell_load(c), c["config"], c["repetition"])):
+        eng = logs(c)
+        if (configs and c["config"] not in configs) or eng is None:
             continue
-        log = os.path.join(run, f"serve-{c['config']}-rep{c['repetition']}.log")
-        if not os.path.exists(log):
-            continue
-        w = waits(c, log)
+        w = waits(c, eng)
         med = lambda xs: statistics.median(xs) * 1e3  # noqa: E731
         landed = [x["step"] for x in w if x["step"] is not None]
         spec = sum(1 for s in landed if s["spec"]) / len(w)
         long = sum(1 for s in landed if s.get("sample", 0.0) > STALL_MS) / len(w)
         dur = [(s["step"] + s["post"]) / 1e3 for s in landed] or [0.0]
-        print(f"{load_name(c)} {c['config']} {c['repetition']} | {med([x['ttft'] for x in w]):.0f} | "
+        print(f"{cell_load(c)[2]} {c['config']} {c['repetition']} | {med([x['ttft'] for x in w]):.0f} | "
               f"{med([x['res'] for x in w]):.0f} {statistics.mean(x['res'] for x in w) * 1e3:.0f} | "
               f"{med([x['ttft'] - x['res'] for x in w]):.0f} | {spec:.0%}, {long:.0%} | "
               f"{med(dur):.0f}")

@@ -11,7 +11,7 @@ ran the full batch (every client's request decoding): how many, their scheduled 
 and drafts per step, and their ms per step (loop, step and post_step), whose product
 against no speculation's is what verification gained or lost there.
 
-    python experiments/engine_timeline/split.py results/RUN [--load c=8]
+    python experiments/engine_timeline/split.py results/RUN [--load "c = 8"]
 """
 
 from __future__ import annotations
@@ -20,22 +20,35 @@ import json
 import os
 import statistics
 import sys
+from typing import Any, Callable
 
-sys.path.insert(0, os.path.dirname(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]  # summarize; the repo root
+from benchmarks.serving_cells import load_label, load_of  # noqa: E402
 from summarize import read, stretches  # noqa: E402
 
 
-def load_name(cell: dict) -> str:
-    rate = cell.get("client_request_rate")
-    if rate not in (None, "inf", float("inf")):
-        return f"{float(rate):g} req/s"
-    return f"c={cell['max_concurrency']}"
+def cell_load(cell: dict) -> tuple[str, float, str]:
+    """(load kind, value, label) of a cell, as the serving report names them."""
+    kind, value = load_of(cell)
+    return kind, value, load_label(kind, value)
 
 
-def split(log: str, start: float, end: float, batch: int | None) -> dict[str, float]:
+def serve_logs(run: str, parse: Callable[[str], Any]) -> Callable[[dict], Any]:
+    """cell -> ``parse`` of its server's log (each log parsed once; None without one)."""
+    cache: dict[str, Any] = {}
+
+    def of(cell: dict) -> Any:
+        path = os.path.join(run, f"serve-{cell['config']}-rep{cell['repetition']}.log")
+        if path not in cache:
+            cache[path] = parse(path) if os.path.exists(path) else None
+        return cache[path]
+    return of
+
+
+def split(eng: list[dict], start: float, end: float, batch: float | None) -> dict[str, float]:
     """Seconds in prompt / verify / plain steps whose start lies in [start, end]; and
     the decode steps of ``batch`` rows (count, tokens, drafts, seconds)."""
-    eng, _ = read(log)
     out = {"prompt": 0.0, "verify": 0.0, "plain": 0.0, "steps": 0,
            "full": 0, "full_tok": 0, "full_spec": 0, "full_s": 0.0}
     for part in stretches(eng):
@@ -58,17 +71,15 @@ def split(log: str, start: float, end: float, batch: int | None) -> dict[str, fl
 def main(run: str, only: str | None) -> None:
     cells = json.load(open(os.path.join(run, "serving.json")))["cells"]
     rows: dict[tuple[str, str], list[dict]] = {}
+    logs = serve_logs(run, lambda path: read(path)[0])
     for c in cells:
-        log = os.path.join(run, f"serve-{c['config']}-rep{c['repetition']}.log")
-        if not os.path.exists(log) or not c.get("start_times"):
-            continue
-        load = load_name(c)
-        if only and load != only:
+        kind, value, load = cell_load(c)
+        eng = logs(c)
+        if eng is None or not c.get("start_times") or (only and load != only):
             continue
         t0 = min(c["start_times"])
         t1 = max(s + lat for s, lat in zip(c["start_times"], c["latencies"]))
-        batch = c.get("max_concurrency") if str(c.get("client_request_rate")) == "inf" else None
-        d = split(log, t0, t1, batch)
+        d = split(eng, t0, t1, value if kind == "max_concurrency" else None)
         d["tokens"] = sum(c["output_lens"])
         d["rep"] = c["repetition"]
         rows.setdefault((load, c["config"]), []).append(d)

@@ -44,14 +44,22 @@ def stretches(eng: list[dict]) -> list[list[dict]]:
     return [p for p in out if p]
 
 
+def read_paired(path: str) -> tuple[list[dict], bool]:
+    """The engine steps of ``read``, each with its worker call's ``fwd`` and ``sample``
+    (ms; 0 for every step when the worker's lines do not pair with the engine's, step
+    by step), and whether they paired."""
+    eng, wrk = read(path)
+    paired = len(wrk) == len(eng)
+    for i, s in enumerate(eng):
+        s["fwd"], s["sample"] = wrk[i] if paired else (0.0, 0.0)
+    return eng, paired
+
+
 def main(paths: list[str]) -> None:
     for path in paths:
-        eng, wrk = read(path)
-        if len(wrk) != len(eng):  # the worker's lines pair with the engine's, step by step
-            print(f"{path}: {len(eng)} engine steps, {len(wrk)} worker calls (unpaired)")
-            wrk = []
-        for i, s in enumerate(eng):
-            s["fwd"], s["sample"] = wrk[i] if wrk else (0.0, 0.0)
+        eng, paired = read_paired(path)
+        if not paired:
+            print(f"{path}: engine and worker lines unpaired (no fwd or sample)")
         name = path.rsplit("/", 1)[-1]
         for part in stretches(eng)[1:]:  # the first stretch is the server's warm-up
             part[0] = {**part[0], "loop": 0.0}  # its loop time is the idle wait before it

@@ -130,6 +130,7 @@ def test_each_draft_round_logs_one_debug_line(tiny, monkeypatch, caplog):
     assert float(m.group(1)) > 0
     assert [int(m.group(i)) for i in range(2, 6)] == [7, 2, 6, 3]  # both prompts, k 3 each
 
+
 def test_the_draft_cost_fit_books_drafting_passes_not_a_lazy_prefill(tiny, monkeypatch):
     """A round whose pass 1 catches up a prompt books only its decode passes into the
     draft's cost fit (a prompt's tokens read as dearer forwards while b_d is unknown);

@@ -7,6 +7,7 @@ model (``step_cost``) and the metrics, and publishes q for the rejection sampler
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -87,8 +88,9 @@ class DraftBatch:
         self.metrics.draft_step(dt)
         # DEBUG per round (experiments/step_log): tells a long sample_tokens that is
         # this round from a host pause, in the timeline of a served cell
-        step_log.debug("specdec round: s %.2f fed %d rows %d drafts %d passes %d", 1e3 * dt,
-                       fed, len(plans), sum(p.k for p in plans), passes)
+        if step_log.isEnabledFor(logging.DEBUG):
+            step_log.debug("specdec round: s %.2f fed %d rows %d drafts %d passes %d",
+                           1e3 * dt, fed, len(plans), sum(p.k for p in plans), passes)
         later = sum(max(p.k - 1, 0) for p in plans)  # one token per row per later pass
         decode_s = timer.decode_seconds() if passes > 1 else 0.0
         # pass 1 (the round's set-up and every row's catch-up): prices a lagging draft KV
