@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 __all__ = ["register", "DraftModelProposer", "SUPPORTED_VLLM"]
 
-SUPPORTED_VLLM = "0.32"  # major.minor this release is written and tested against
+from vllm_specdec_plugin.compat.version import SUPPORTED_VLLM  # noqa: E402
 
 _registered = False
 
@@ -30,13 +30,10 @@ def register() -> None:
 
     vLLM calls this once per process (API server, EngineCore, workers) before the
     model runner is built. It is idempotent and cheap: it checks the vLLM version and
-    installs pass-through wrappers that act only when our proposer is configured:
-    request validation and config creation (on configs selecting it), the
-    EngineCore half of ``compat.draft_ids_return`` (on model outputs that our
-    proposer's worker marked), ``compat.request_scope`` and ``compat.scheduler_plan``
-    (on schedulers whose config selects our proposer). Every other patch of vLLM
-    internals is installed later, and only when our proposer is actually configured
-    (see ``compat``), so an installed but unselected plugin changes nothing.
+    installs the ``frontend``, ``config`` and ``engine`` rows of ``compat.patches``,
+    pass-through wrappers that act only when our proposer is configured. The
+    ``worker`` rows are installed later, and only when our proposer is actually
+    constructed, so an installed but unselected plugin changes nothing.
     """
     global _registered
     if _registered:
@@ -44,30 +41,10 @@ def register() -> None:
     from vllm_specdec_plugin.compat.version import check_vllm_version
 
     check_vllm_version()
-    from vllm_specdec_plugin.compat import rejection_adapter
+    from vllm_specdec_plugin.compat import patches
 
-    # Frontend (API process): request validation refuses min_p/logit_bias under any
-    # speculation. The wrapper is a pass-through unless our proposer is configured.
-    rejection_adapter.install_frontend_patch()
-    # Config creation: start-up checks, per-request acceptance on by default, Ray
-    # bridge; all only when a config selects our proposer.
-    from vllm_specdec_plugin.compat import engine_config
-
-    engine_config.install()
-    # EngineCore (its own process under `vllm serve`, where nothing else of ours runs):
-    # drafts that came with the step's output skip post_step's extra RPC.
-    from vllm_specdec_plugin.compat import draft_ids_return
-
-    draft_ids_return.install_engine()
-    # EngineCore: each new request's cache_salt and the step's aborted ids reach the
-    # worker, so cross-request drafting stays within a tenant (``tenancy``).
-    from vllm_specdec_plugin.compat import request_scope
-
-    request_scope.install_engine()
-    # EngineCore: waiting prefills come before drafts (``step_plan``).
-    from vllm_specdec_plugin.compat import scheduler_plan
-
-    scheduler_plan.install_engine()
+    for group in ("frontend", "config", "engine"):  # see compat.patches for each
+        patches.install(group)
     _registered = True
     _trace_registration()
 

@@ -60,11 +60,11 @@ def enable_multiprocess_metrics() -> str | None:
 
 
 def main() -> int | None:
-    from vllm_specdec_plugin.compat.cli_version import install_vllm_version_fallback
+    from vllm_specdec_plugin.compat import patches
 
     if serve_argv_names_plugin(sys.argv[1:]):
         enable_multiprocess_metrics()
-    install_vllm_version_fallback()
+    patches.install("cli")
     from vllm_specdec_plugin.errors import SpecDecError
 
     try:

@@ -23,8 +23,8 @@ _RATE_BUCKETS = tuple(i / 10 for i in range(1, 11))
 # Step latencies on CPU run from ~1 ms (draft, small batch) to seconds (large prefills).
 _SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
-NO_DRAFT_REASONS = ("pool_full", "length_guard", "adaptive", "batch", "load", "ngram_miss",
-                    "prefill_budget", "prompt_next", "slows_others", "grammar_reasoning",
+NO_DRAFT_REASONS = ("pool_full", "length_guard", "adaptive", "batch", "ngram_miss",
+                    "prefill_budget", "first_token", "latency", "grammar_reasoning",
                     "grammar_diverged", "host_time")
 STEP_KINDS = ("verify", "plain")
 SOURCES = ("draft", "ngram", "none")
@@ -68,19 +68,16 @@ def _create_families() -> dict:
                           "Request-rounds by the draft source chosen: draft (model), ngram, "
                           "none (decoded without drafts).", m + ("source",)),
         "backed_off": Gauge("specdec_backed_off_requests",
-                            "Requests of the latest step that the adaptive rule held at k = 0 "
-                            "(reasons adaptive, batch and load): the back-off state.",
+                            "Requests of the latest step that the step policy priced out "
+                            "(reasons adaptive and batch): the back-off state.",
                             m, multiprocess_mode="mostrecent"),
         # mostrecent: one value per worker pool; a restarted worker's value replaces
         # the old one instead of being summed with it.
         "plan_tokens": Counter("specdec_step_plan_verify_tokens",
-                               "Draft tokens of steps that carried a prefill, by what the step "
-                               "plan did with them: kept (verified) or cut (never verified).",
+                               "Draft tokens of steps the scheduler bounded for a first token "
+                               "(a prompt in the step, or a request just finished), by "
+                               "outcome: kept (verified) or cut (never verified).",
                                m + ("outcome",)),
-        "plan_deferred": Counter("specdec_step_plan_prompts_deferred",
-                                 "Waiting requests the step plan left to a later step, "
-                                 "so that prompts arriving together do not share one "
-                                 "prefill step (prefill_split), counted once per step.", m),
         "blocks_used": Gauge("specdec_draft_kv_blocks_used", "Draft KV cache blocks in use.",
                              m, multiprocess_mode="mostrecent"),
         "blocks_total": Gauge("specdec_draft_kv_blocks_total", "Draft KV cache blocks in the pool.",
@@ -96,21 +93,17 @@ def _bound(model_name: str) -> tuple[dict, dict]:
 
 
 class PlanMetrics:
-    """The step plan's collectors (EngineCore process, ``compat.scheduler_plan``)."""
+    """The scheduler side's collectors (EngineCore process, ``compat.scheduler``)."""
 
     def __init__(self, model_name: str):
         f, lab = _bound(model_name)
         self._tokens = {o: f["plan_tokens"].labels(outcome=o, **lab) for o in PLAN_OUTCOMES}
-        self._deferred = f["plan_deferred"].labels(**lab)
-        for c in (*self._tokens.values(), self._deferred):
+        for c in self._tokens.values():
             c.inc(0)
 
     def verify_tokens(self, kept: int, cut: int) -> None:
         self._tokens["kept"].inc(kept)
         self._tokens["cut"].inc(cut)
-
-    def prompts_deferred(self, n: int) -> None:
-        self._deferred.inc(n)
 
 
 class ProposerMetrics:

@@ -33,7 +33,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from vllm_specdec_plugin.tuning import NGRAM_MAX_N, NGRAM_MIN_PROB, NGRAM_PRIOR
+from vllm_specdec_plugin.tuning import (NGRAM_MAX_N, NGRAM_MIN_N, NGRAM_MIN_PROB, NGRAM_PRIOR,
+                                        NGRAM_WINDOW)
 
 __all__ = ["NGramConfig", "NGramIndex", "propose_reference"]
 
@@ -46,9 +47,9 @@ class NGramConfig:
 
     max_n: int = NGRAM_MAX_N
     """Longest suffix n-gram tried first."""
-    min_n: int = 1
+    min_n: int = NGRAM_MIN_N
     """Shortest suffix n-gram accepted; below it the draft stops."""
-    window: int = 1024
+    window: int = NGRAM_WINDOW
     """Only n-grams starting in the last ``window`` tokens of the history are matched."""
     min_prob: float = NGRAM_MIN_PROB
     """The chain stops before its confidence product would fall below this (0: never)."""

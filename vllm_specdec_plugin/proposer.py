@@ -6,20 +6,16 @@ Selected with ``--speculative-config '{"method": "custom_class", "model":
 Each engine step vLLM calls ``propose`` after the target verified the previous
 drafts. For every running request the proposer
 
-1. rolls its draft KV back to the accepted length (``request_state.roll_back``);
-2. plans the round (``planning``): n-gram drafts, a draft-model plan, or none; with
-   adaptive k the step as a whole must pay its fixed cost (``batch_check``), and
-   planning its host time (``host_gate``);
-3. runs the draft-model plans as one batched round (``draft/batch.py``, ``round.py``): the
-   committed tokens the draft has not seen (lazy prefill, chunked under a budget),
-   then k-1 decode passes, on vLLM's model class and attention backend over the
-   plugin's own KV (``compat/draft_model.py``);
-4. hands q to the rejection sampler (``draft_probs``);
-5. gives a few rows that verify no n-gram drafts a shadow proposal, measured by the
-   tokens the target commits next (``shadow``).
+1. books what the verification taught (acceptance) and rolls its draft KV back to the
+   accepted length (``request_state``);
+2. collects each row's offers (``planning``: n-gram lookup, the draft model) and lets
+   the step policy decide the whole step once (``control.policy.decide``);
+3. runs the draft-model plans as one batched round (``draft/``) on vLLM's model class
+   and attention backend over the plugin's own KV, and hands q to the rejection sampler;
+4. gives a few rows that verify no n-gram drafts a shadow proposal (``shadow``).
 
-Here: lifecycle and orchestration. Each step is timed (``step_record``) into the
-cost model (``step_cost``); the module map in docs/design.md names the rest.
+Here: lifecycle and orchestration. Each step is timed (``step_record``) into the cost
+fits (``control.cost``); docs/design.md maps the rest.
 """
 
 from __future__ import annotations
@@ -27,24 +23,23 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
-from vllm_specdec_plugin import batch_check, draft_vocab
-from vllm_specdec_plugin.adaptive import AdaptiveK, controllers_for
-from vllm_specdec_plugin.compat import (draft_ids_return, draft_model, rejection_adapter,
-                                        request_scope, runner_hooks)
+from vllm_specdec_plugin import draft_vocab
+from vllm_specdec_plugin.compat import draft_model, patches, runner_hooks, scheduler
 from vllm_specdec_plugin.compat.draft_grammar import DraftGrammars
 from vllm_specdec_plugin.config import SpecDecConfig, from_vllm_config, resolve_dtype
-from vllm_specdec_plugin.draft.checks import check_draft_compatible, resolve_draft_path
+from vllm_specdec_plugin.control.acceptance import Acceptance, ScopeRecord
+from vllm_specdec_plugin.control.cost import StepCost
+from vllm_specdec_plugin.control.policy import (Hint, PlanningCost, ProbeSchedule, StepView,
+                                                decide)
 from vllm_specdec_plugin.draft.batch import DraftBatch
+from vllm_specdec_plugin.draft.checks import check_draft_compatible, resolve_draft_path
 from vllm_specdec_plugin.draft.setup import load_draft, log_vocab_buffers
-from vllm_specdec_plugin.host_gate import HostGate
 from vllm_specdec_plugin.kv import BlockAllocator
-from vllm_specdec_plugin.match_pricing import MatchAlpha, proposal_alpha
 from vllm_specdec_plugin.metrics import ProposerMetrics
 from vllm_specdec_plugin.planning import Plan, Planner
 from vllm_specdec_plugin.request_state import (RequestState, book_verification, commit_round,
@@ -53,10 +48,9 @@ from vllm_specdec_plugin.row_inputs import end_of, grammar_for
 from vllm_specdec_plugin.shadow import ShadowBook
 from vllm_specdec_plugin.startup_checks import check_features
 from vllm_specdec_plugin.stats import ProposerStats, RequestAcceptance
-from vllm_specdec_plugin.plan_hint import plan_hint
-from vllm_specdec_plugin.step_cost import StepCost
 from vllm_specdec_plugin.step_record import StepRecorder
 from vllm_specdec_plugin.tenancy import RequestScopes, ScopedStore
+from vllm_specdec_plugin.tuning import CREDIT_MAX, TOKENIZER_PROBE
 
 # A child of "vllm" so records reach the handler vLLM configures (same format, same level).
 logger = logging.getLogger("vllm.specdec_plugin")
@@ -71,65 +65,51 @@ class DraftModelProposer:
         self.vllm_config = vllm_config
         self.config: SpecDecConfig = from_vllm_config(vllm_config)
         check_features(vllm_config)  # engines built without our config wrapper
-        self.k = self.config.num_speculative_tokens
+        c = self.config
+        self.k = c.num_speculative_tokens
         mc = vllm_config.model_config
         self.max_model_len = int(mc.max_model_len)
-        self.uses_model = self.config.method in ("draft", "hybrid")
+        self.uses_model = c.method in ("draft", "hybrid")
         self.draft_path = None
         self.vocab_size = int(getattr(mc.hf_config, "vocab_size", 0) or 0)
         if self.uses_model:
-            self.draft_path = resolve_draft_path(self.config.draft_model)
+            self.draft_path = resolve_draft_path(c.draft_model)
             self.draft_hf_config = check_draft_compatible(
                 self.draft_path, mc.hf_config, mc.tokenizer, mc.model, self.max_model_len,
-                self.config.tokenizer_probe)
+                TOKENIZER_PROBE)
             self.vocab_size = int(self.draft_hf_config["vocab_size"])
         # a reduced draft vocabulary, read now so that a bad file fails early
-        self.draft_vocab = (draft_vocab.load(self.config.draft_vocab, self.vocab_size)
-                            if self.uses_model and self.config.draft_vocab else None)
-        # the whole step's cost model, fitted from every step (``step_cost``)
-        self.step_cost = StepCost()
-        # One controller per draft source (adaptive k, and hybrid's choice of source)
-        self.controllers: dict[str, AdaptiveK] = {}
-        if self.config.adaptive or self.config.method == "hybrid":
-            sources = (["draft"] if self.uses_model else []) + \
-                (["ngram"] if self.config.method in ("ngram", "hybrid") else [])
-            self.controllers = controllers_for(sources, self.k, self.config.adaptive_prior_alpha,
-                                               self.step_cost)
-        # n-gram proposals are priced by the acceptance of matches as long as theirs,
-        # learned per tenant scope like everything else learned from text (``tenancy``)
-        self.match_alpha = ScopedStore(MatchAlpha) if "ngram" in self.controllers else None
-        self.ngram_alpha = partial(proposal_alpha, self.controllers["ngram"], self.match_alpha) \
-            if self.match_alpha is not None else None  # (req_id, match=None) -> α
-        self.scopes = RequestScopes(self.config.ngram_corpus_scope)  # salts, aborts
-        self.dtype_name = resolve_dtype(self.config.draft_dtype, mc.dtype)
+        self.draft_vocab = (draft_vocab.load(c.draft_vocab, self.vocab_size)
+                            if self.uses_model and c.draft_vocab else None)
+        self.cost = StepCost()  # the step's cost fits (``control.cost``)
+        self.planning_cost = PlanningCost() if c.adaptive and c.method != "draft" else None
+        self.probes = ProbeSchedule()
+        self.scopes = RequestScopes(c.ngram_corpus_scope)  # salts, aborts
+        self.scope_records = ScopedStore(ScopeRecord)  # what a scope's requests share
+        self.dtype_name = resolve_dtype(mc.dtype)
         self.dtype = getattr(torch, self.dtype_name)
         self.kernels: draft_model.DraftKernels | None = None
         self.ready = False  # load_model() ran
         self.allocator: BlockAllocator | None = None
-        self.planner = Planner(self.config, self.max_model_len, None, self._no_draft)
+        budget = int(getattr(vllm_config.scheduler_config, "max_num_batched_tokens", 0) or 2048)
+        self.planner = Planner(c.method, self.k, self.max_model_len, c.ngram_corpus_tokens,
+                               c.ngram_corpus_scope, budget, self._no_draft)
         self.device = torch.device("cpu")
         self.runner: Any = None
         self.requests: dict[str, RequestState] = {}
         self.grammars = DraftGrammars(vllm_config)  # structured output: masks the drafts
         self.stats = ProposerStats()
         self._step_no_draft: Counter[str] = Counter()  # this step's no-draft rounds, by reason
-        self.prompts_next = False  # the step plan: the next step carries a prompt
+        self.next_prefill = 0  # prompt tokens the next step carries (the scheduler's view)
+        self.hint: Hint | None = None  # the last decision, as the scheduler applies it
         self.metrics = ProposerMetrics(str(getattr(mc, "served_model_name", None) or mc.model))
-        self.rounds = DraftBatch(self.config.draft_sampling, self.grammars, self.vocab_size,
-                                 self.stats, self.metrics, self.step_cost)
-        self.steps = StepRecorder(self.step_cost, self.metrics, self.config.row_slack)
-        # adaptive: plan only where verification saves more than planning costs the host
-        self.gate = HostGate() if self.config.adaptive and self.config.host_gate \
-            and "ngram" in self.controllers else None
-        self.shadows = ShadowBook(self.controllers["ngram"], self.match_alpha,
-                                  self.planner.shadow_drafts, self.stats, self.metrics) \
-            if self.match_alpha is not None else None
+        self.rounds = DraftBatch(self.grammars, self.vocab_size, self.stats, self.metrics, self.cost)
+        self.steps = StepRecorder(self.cost, self.metrics, c.tpot_limit)
+        self.shadows = ShadowBook(self.planner.shadow_drafts, self.stats, self.metrics) \
+            if self.planner.uses_ngram else None
         # Only now, when the user selected this proposer: GPUModelRunner.__init__ builds
         # its rejection sampler and input batch right after constructing us.
-        runner_hooks.install()
-        rejection_adapter.install_worker_patches()
-        draft_ids_return.install_worker()  # drafts return with the step's output
-        draft_ids_return.install_engine()  # in-process engines (no-op in a worker process)
+        patches.install("worker")
 
     @property
     def model(self) -> torch.nn.Module | None:
@@ -148,11 +128,10 @@ class DraftModelProposer:
         self.device = p.device if p is not None else torch.device("cpu")
         self.ready = True
         log_vocab_buffers(self.vllm_config, self.k, self.vocab_size, self.uses_model)
+        c = self.config
+        logger.info("specdec: method %s, k %s %d, tpot_limit %g, ttft_limit %g", c.method,
+                    "up to" if c.adaptive else "always", self.k, c.tpot_limit, c.ttft_limit)
         if not self.uses_model:
-            c = self.config
-            logger.info("specdec: n-gram drafting (max_n %d, min_n %d, window %d, min_prob %g); "
-                        "no draft model", c.ngram_max_n, c.ngram_min_n, c.ngram_window,
-                        c.ngram_min_prob)
             return
         self.kernels, self.allocator = load_draft(
             self.vllm_config, self.config, self.draft_path, self.draft_hf_config, self.dtype,
@@ -171,15 +150,14 @@ class DraftModelProposer:
         # The step's target work runs between now and the propose() call that ends it.
         scheduled = runner_hooks.num_scheduled_tokens(scheduler_output)
         self.steps.begin(scheduled)
-        # the next step carries a prompt: a draft round now would only delay it
-        self.prompts_next = runner_hooks.prompts_next(scheduler_output)
+        self.next_prefill = scheduler.read_next_prefill(scheduler_output)
         spec = runner_hooks.scheduled_spec_tokens(scheduler_output)
         if spec is not None and scheduled:  # drafts cut before verification are not booked
             for rid in scheduled:
                 req = self.requests.get(rid)
                 if req is not None and req.drafted:
                     keep_scheduled(req, len(spec.get(rid, ())), self.allocator)
-        if self.scopes.note(request_scope.read(scheduler_output)):
+        if self.scopes.note(scheduler.read_scope(scheduler_output)):
             logger.warning("specdec: the engine process reports no cache_salt or aborts "
                            "(is the plugin registered there?); requests share no "
                            "n-gram corpus or statistics")
@@ -193,10 +171,9 @@ class DraftModelProposer:
                     corpus.add(scope, tokens)
             if req is not None:
                 self._release(req)
-                self.planner.outputs.get(req.scope).add(req.output_tokens)
+                if req.output_tokens > 0:
+                    req.learned.scope.outputs.append(req.output_tokens)
                 self.metrics.request_finished(req.acceptance.drafted, req.acceptance.accepted)
-                for c in self.controllers.values():
-                    c.forget(rid)
                 self.grammars.forget(rid)
         for rid in runner_hooks.preempted_req_ids(scheduler_output):
             req = self.requests.get(rid)
@@ -232,64 +209,17 @@ class DraftModelProposer:
         req_ids = runner_hooks.batch_req_ids(self.runner)
         saved = self.steps.end(sampled_token_ids, req_ids, self.requests,
                                runner_hooks.take_exact_sampler_seconds(self.runner))
-        if self.gate is not None:
-            self.gate.book(saved)
+        if self.planning_cost is not None:
+            self.planning_cost.book(saved)
         drafted0, accepted0 = self.stats.drafted, self.stats.accepted
         rows = [r for r, sampled in enumerate(sampled_token_ids) if sampled]
-        for row in rows:  # roll back first: the controllers learn from this verification
-            self._verified(req_ids[row], len(sampled_token_ids[row]) - 1, token_ids_cpu[row])
+        for row in rows:  # book first: this step's offers are priced on what it taught
+            req = self._verified(req_ids[row], len(sampled_token_ids[row]) - 1, token_ids_cpu[row])
             if self.shadows is not None:
-                self.shadows.book(req_ids[row], self.requests[req_ids[row]], token_ids_cpu[row],
-                                  int(num_tokens_no_spec[row]))
+                self.shadows.book(req, token_ids_cpu[row], int(num_tokens_no_spec[row]))
         self.metrics.verified(self.stats.drafted - drafted0, self.stats.accepted - accepted0)
-        batch = len(rows)
-        # host_gate: at this batch size planning has cost more host time than it saved
-        skip = self.gate is not None and not self.prompts_next and not self.gate.plan(batch)
         t_plan = time.perf_counter()
-        choices = {}
-        # a host gate probe plans n-gram drafts only (the draft KV lags: ``host_gate``)
-        gate_probe = self.gate is not None and not (skip or self.prompts_next) and self.gate.probing
-        for src, c in self.controllers.items():
-            if self.config.adaptive and not skip:
-                choices[src] = c.choose([req_ids[r] for r in rows], batch)
-            else:
-                c.begin_step()
-        active = [c for src, c in self.controllers.items() if not (gate_probe and src == "draft")]
-        if gate_probe and "draft" in choices:
-            choices["draft"] = dict.fromkeys(choices["draft"], (0, "host_time"))
-        backed_off0 = self.stats.backed_off
-        probing = any(c.probing for c in active)
-        load_probe = any(c.load_probing for c in active)
-        if self.prompts_next or skip:  # nothing is priced: the step plans no drafts
-            held = dict.fromkeys((req_ids[r] for r in rows), "host_time" if skip else "prompt_next")
-        else:
-            estimates = {src: (self.ngram_alpha if src == "ngram" else c.alpha,
-                               c.cost_per_draft(batch), c.fixed_cost(batch))
-                         for src, c in self.controllers.items()}
-            if self.uses_model:  # a token fed to the draft delays all rows
-                self.planner.catch_up_price = batch * self.step_cost.catch_up_cost(batch)
-                self.planner.catch_up_room = self.step_cost.catch_up_room(batch)
-            held = batch_check.held([req_ids[r] for r in rows], batch, choices, estimates,
-                                    self.k, probing, self.config.step_min_gain) \
-                if self.config.adaptive else None
-        if held is not None:  # no plan could pay, a prompt comes next, or the gate: no plans
-            plans = []
-            for row in rows:
-                self.planner.hold(self.requests[req_ids[row]], int(num_tokens_no_spec[row]),
-                                  held[req_ids[row]], self._end(row, req_ids[row]))
-        else:
-            plans = [p for p in (self.planner.plan(row, req_ids[row], self.requests[req_ids[row]],
-                                                   int(num_tokens_no_spec[row]), token_ids_cpu[row],
-                                                   choices, estimates, self._end(row, req_ids[row]),
-                                                   load_probe)
-                                 for row in rows) if p]
-            if self.config.adaptive:  # no row loses > row_slack, and what is left pays
-                plans, cut, unpaid = batch_check.check(
-                    plans, batch, estimates, probing, self.config.row_slack,
-                    self.config.step_min_gain, [self.requests[req_ids[r]] for r in rows])
-                for reason, n in (("slows_others", cut), ("batch", unpaid)):
-                    for _ in range(n):
-                        self._no_draft(reason)
+        plans, planned = self._decide(rows, req_ids, num_tokens_no_spec, token_ids_cpu)
         model_plans: list[Plan] = []
         ngram_plans: list[Plan] = []
         for plan in plans:
@@ -301,7 +231,9 @@ class DraftModelProposer:
         for plan in ngram_plans:  # n-gram drafts: ready, point masses
             out[plan.row] = plan.drafts
             commit_round(plan, "ngram", self.stats)
-        model_plans = self.planner.fit(model_plans) if model_plans else []
+        if model_plans:  # a catch-up delays every row: at most what the time-per-token bound allows a step
+            room = self.cost.catch_up_room(len(rows), self.config.tpot_limit - 1.0 + CREDIT_MAX)
+            model_plans = self.planner.fit(model_plans, room)
         drafting = [p for p in model_plans if p.k > 0]
         sampler = None
         if model_plans:
@@ -312,47 +244,105 @@ class DraftModelProposer:
                 commit_round(p, "draft", self.stats)
         if drafting or ngram_plans:
             self.rounds.publish(self.runner, self.device, drafting, ngram_plans, sampler)
-        if self.shadows is not None and not skip:
+        if self.shadows is not None and planned:
             self.shadows.propose([r for r in rows if not (out[r] and self.requests[req_ids[r]]
                                                            .source == "ngram")],
                                  req_ids, self.requests, token_ids_cpu, num_tokens_no_spec,
                                  self._end)
-        if self.gate is not None and not (self.prompts_next or skip) and rows:
-            self.gate.planned(batch, time.perf_counter() - t_plan)
-        verifies = any(out)
-        if verifies:
+        if self.planning_cost is not None and planned and rows:
+            self.planning_cost.planned(len(rows), time.perf_counter() - t_plan)
+        if any(out):
             self.stats.rounds += 1
-        if self.config.adaptive and not skip:  # after every cut (batch check, grammar, pool): the truth
-            for c in self.controllers.values():
-                c.step_verifies(verifies)
         self.metrics.step_done((len(d) for d in out if d), self._step_no_draft,
                                Counter(self.requests[req_ids[r]].source if out[r] else "none"
                                        for r in rows),
-                               self.stats.backed_off - backed_off0)
+                               self._step_no_draft["adaptive"] + self._step_no_draft["batch"])
         self._step_no_draft.clear()
         if self.allocator is not None:
             self.metrics.kv_blocks(self.allocator.num_used, self.allocator.num_blocks)
         return out
 
+    def _decide(self, rows: list[int], req_ids: list[str], lengths: np.ndarray,
+                token_ids_cpu: np.ndarray) -> tuple[list[Plan], bool]:
+        """The step's plans, from one ``control.policy.decide``; and whether the step was
+        planned at all (the host-time term may skip it: rows then decode plainly)."""
+        c, batch = self.config, len(rows)
+        prices = self.cost.prices(batch)
+        share = (c.ttft_limit - 1.0) / 2.0  # a first token waits for two such steps
+        room = None
+        if self.next_prefill and prices.plain_s:
+            with_prompt = self.cost.step_s(batch, self.next_prefill, batch) or prices.plain_s
+            room = share * with_prompt / prices.plain_s
+        t = self.cost.target
+        t.fresh()
+        self.hint = Hint(None if t.a is None else (t.a, *t.coef, self.cost.sigma_s(0),
+                                                   self.cost.sigma.slope(0)), share, ())
+        if not rows:
+            return [], False
+        probe_ngram = False
+        if self.planning_cost is not None:
+            room_s = None if room is None else room * prices.plain_s
+            if not self.planning_cost.plan(batch, room_s):
+                for row in rows:
+                    self._hold(req_ids[row], int(lengths[row]), "host_time")
+                return [], False
+            # a host-time probe plans n-gram drafts only: after skipped steps every
+            # row's draft KV lags, and a model round would first feed all of it
+            probe_ngram = self.planning_cost.probing
+        views, lookups = [], []
+        for row in rows:
+            req = self.requests[req_ids[row]]
+            view, lookup = self.planner.offers(req, int(lengths[row]), token_ids_cpu[row],
+                                               self._end(row, req_ids[row]), prices,
+                                               model=not probe_ngram)
+            views.append(view)
+            lookups.append(lookup)
+        probe = c.adaptive and self.probes.probe()
+        decision = decide(StepView(batch, prices.verify, prices.sigma, c.tpot_limit, room,
+                                   c.adaptive, probe), views)
+        if c.adaptive:
+            self.probes.decided(decision, probe)
+        plans = []
+        for i, row in enumerate(rows):
+            source, k = decision.ks[i]
+            if k:
+                plans.append(self.planner.plan(row, req_ids[row], self.requests[req_ids[row]],
+                                               int(lengths[row]), token_ids_cpu[row], source,
+                                               k, lookups[i]))
+            else:
+                why = decision.why[i]
+                if why == "no_offer" or (why == "adaptive" and lookups[i] is not None
+                                         and not lookups[i].drafts):
+                    # tell a missing match (or no room) from a priced-out offer
+                    room_left = self.planner.room(int(lengths[row]), self._end(row, req_ids[row]))
+                    why = "ngram_miss" if room_left > 0 else "length_guard"
+                self._no_draft(why)
+        self.hint = Hint(self.hint.price, share, tuple(req_ids[rows[i]] for i in decision.order))
+        return plans, True
+
     # ------------------------------------------------------------ bookkeeping
 
-    def _verified(self, req_id: str, num_accepted: int, committed_row: np.ndarray) -> None:
+    def _verified(self, req_id: str, num_accepted: int, committed_row: np.ndarray) -> RequestState:
         """Book the verification of a request's last drafts (a new request joins)."""
         req = self.requests.get(req_id)
         if req is None:
-            req = self.requests[req_id] = RequestState(scope=self.scopes.get(req_id))
-            for c in self.controllers.values():
-                c.join(req_id, req.scope)
-        book_verification(req, req_id, num_accepted, committed_row, self.controllers,
-                          self.match_alpha, self.allocator, self.stats)
+            scope = self.scopes.get(req_id)
+            req = self.requests[req_id] = RequestState(
+                scope=scope, learned=Acceptance(self.scope_records.get(scope)))
+        book_verification(req, num_accepted, committed_row, self.allocator, self.stats)
+        return req
+
+    def _hold(self, req_id: str, length: int, reason: str) -> None:
+        """No drafts this round, without planning (counted as ``reason``)."""
+        self.requests[req_id].round_at(length)
+        self._no_draft(reason)
 
     def _end(self, row: int, req_id: str) -> int | None:
         return end_of(self.runner, row, req_id)
 
-    def plan_hint(self) -> tuple | None:
-        """For the scheduler's step plan, with this step's drafts (``plan_hint``);
-        None with ``step_plan`` off (the scheduler then plans nothing)."""
-        return plan_hint(self) if self.config.step_plan else None
+    def plan_hint(self) -> Hint | None:
+        """The last decision as the scheduler applies it (``compat.scheduler``)."""
+        return self.hint
 
     def _no_draft(self, reason: str) -> None:
         """Count a request-round decoded without drafts (k = 0 this round); the metrics

@@ -1,4 +1,4 @@
-"""Draft-side state of each request, and rollback after the target's verification.
+"""The one record per request: its draft KV, acceptance, time budget and scope.
 
 The draft KV of a request holds ``tokens`` (committed tokens, then the drafts whose KV
 a round computed). After the target verified a round, everything past the accepted
@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from vllm_specdec_plugin.control.acceptance import Acceptance, ScopeRecord
 from vllm_specdec_plugin.kv import BlockAllocator, BlockTable
 from vllm_specdec_plugin.stats import ProposerStats, RequestAcceptance
+from vllm_specdec_plugin.tuning import CREDIT_MAX
 
 
 @dataclass(slots=True)
@@ -26,14 +28,15 @@ class RequestState:
     committed: int = 0      # committed length when we last drafted
     drafted: list[int] = field(default_factory=list)  # drafts proposed last round
     source: str = "draft"   # who proposed them: "draft" (model) or "ngram"
-    match: Any = None       # n-gram drafts: the match bucket they came from (match_pricing)
+    match: Any = None       # n-gram drafts: the match bucket they came from (control.acceptance)
     seen: bool = False      # had a propose() round since its (re)prefill
     scope: Any = None       # tenancy.scope_key: whose corpus and statistics it shares
-    acceptance: RequestAcceptance = field(default_factory=RequestAcceptance)
+    learned: Acceptance = field(default_factory=lambda: Acceptance(ScopeRecord()))  # α per source
+    acceptance: RequestAcceptance = field(default_factory=RequestAcceptance)  # for responses
     ngram: Any = None       # NGramIndex over the committed tokens (ngram/hybrid)
     shadow: Any = None      # shadow.Shadow: n-gram drafts proposed, not verified, pending
     shadow_turn: int = -1   # ShadowBook's step of its last shadow lookup (-1: none yet)
-    credit: float = 0.0     # row_credit: slack saved (+) or owed (-), in plain steps
+    credit: float = 0.0     # time-per-token budget saved (+) or owed (-), plain steps (``settle``)
     first_length: int = 0   # committed length at its first round (prompt + 1)
     length: int = 0         # committed length at its latest round
 
@@ -48,6 +51,13 @@ class RequestState:
         """Tokens it has emitted, as far as its rounds saw (0 before a round)."""
         return self.length - self.first_length + 1 if self.first_length else 0
 
+    def settle(self, tokens: int, step: float, tpot_limit: float) -> None:
+        """Book a decode step without prefill: it emitted ``tokens`` for this request and
+        took ``step`` plain steps. A plain step saves ``tpot_limit - 1``; a step slowed
+        by others' drafts spends it; accepted drafts earn it. Clipped to ±CREDIT_MAX."""
+        c = self.credit + tpot_limit * tokens - step
+        self.credit = min(max(c, -CREDIT_MAX), CREDIT_MAX)
+
     def reset_for_prefill(self) -> None:
         """Preempted: the request comes back later and is re-prefilled lazily."""
         self.tokens.clear()
@@ -55,20 +65,15 @@ class RequestState:
         self.seen = False
 
 
-def book_verification(req: RequestState, req_id: str, num_accepted: int,
-                      committed_row: np.ndarray, controllers: dict[str, Any], match_alpha: Any,
+def book_verification(req: RequestState, num_accepted: int, committed_row: np.ndarray,
                       allocator: BlockAllocator | None, stats: ProposerStats) -> None:
-    """What the target's verification of a request's last drafts teaches: the source's
-    controller (``adaptive.AdaptiveK``) and, for n-gram drafts, their match bucket in
-    the request's scope (``match_alpha``: a ``ScopedStore`` of ``MatchAlpha``, or None)
-    learn the round; the draft KV rolls back (``roll_back``). Nothing without drafts."""
+    """What the target's verification of a request's last drafts teaches: its source's
+    acceptance (and for n-gram drafts their match bucket's) learns the round; the draft
+    KV rolls back (``roll_back``). Nothing without drafts."""
     if not req.drafted:
         return
     accepted = max(0, min(num_accepted, len(req.drafted)))
-    if req.source in controllers:
-        controllers[req.source].observe_round(req_id, len(req.drafted), accepted)
-    if req.match is not None and match_alpha is not None:  # an n-gram round
-        match_alpha.get(req.scope).observe(req.match, len(req.drafted), accepted)
+    req.learned.observe(req.source, len(req.drafted), accepted, req.match)
     roll_back(req, accepted, committed_row, allocator, stats)
 
 

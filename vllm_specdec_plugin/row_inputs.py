@@ -26,11 +26,12 @@ def end_of(runner: Any, row: int, req_id: str) -> int | None:
     return None if max_tokens is None else runner_hooks.prompt_len(runner, row) + max_tokens
 
 
-def sampling_inputs(runner: Any, plan: Any, committed_row: np.ndarray, draft_sampling: str) -> None:
-    """Give a sampled request's ``planning.Plan`` its SamplingSpec and, for penalties,
-    its prompt and output histories (committed_row: [max_model_len] tokens)."""
+def sampling_inputs(runner: Any, plan: Any, committed_row: np.ndarray) -> None:
+    """Give a sampled request's ``planning.Plan`` its SamplingSpec (it drafts from q)
+    and, for penalties, its prompt and output histories (committed_row:
+    [max_model_len] tokens)."""
     spec = SamplingSpec.from_sampling_params(runner_hooks.sampling_params(runner, plan.req_id))
-    if spec.is_greedy or draft_sampling != "sample":
+    if spec.is_greedy:
         return
     plan.spec = spec
     if not spec.has_penalties:

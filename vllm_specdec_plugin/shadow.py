@@ -33,7 +33,7 @@ class Shadow:
 
     start: int
     drafts: list[int]
-    match: Any  # match_pricing.MatchKey of the match they came from
+    match: Any  # control.acceptance.MatchKey of the match they came from
 
     def outcome(self, committed_row: Sequence[int], length: int) -> tuple[int, int] | None:
         """(drafted, accepted) once decided by the committed tokens ``committed_row[:length]``
@@ -59,17 +59,14 @@ def take_turns(candidates: list, last_turn: Callable[[Any], int], n: int = SHADO
 class ShadowBook:
     """Makes and books a proposer's shadow proposals.
 
-    controller: the n-gram ``AdaptiveK``; match_alpha: ``ScopedStore`` of
-    ``MatchAlpha``; shadow_drafts: ``Planner.shadow_drafts``; stats/metrics: the
-    proposer's ``ProposerStats`` and ``ProposerMetrics``."""
+    shadow_drafts: ``Planner.shadow_drafts``; stats/metrics: the proposer's
+    ``ProposerStats`` and ``ProposerMetrics``."""
 
-    def __init__(self, controller: Any, match_alpha: Any, shadow_drafts: Any, stats: Any,
-                 metrics: Any) -> None:
-        self.controller, self.match_alpha = controller, match_alpha
+    def __init__(self, shadow_drafts: Any, stats: Any, metrics: Any) -> None:
         self.shadow_drafts, self.stats, self.metrics = shadow_drafts, stats, metrics
         self._turn = 0  # steps with shadow proposals; a request's last one is its turn
 
-    def book(self, req_id: str, req: Any, committed_row: Sequence[int], length: int) -> None:
+    def book(self, req: Any, committed_row: Sequence[int], length: int) -> None:
         """Book a request's (``RequestState``) shadow proposal once the committed
         tokens ``committed_row[:length]`` decide it, as the n-gram round it would
         have been."""
@@ -77,8 +74,7 @@ class ShadowBook:
         if outcome is None:
             return
         drafted, accepted = outcome
-        self.controller.observe_round(req_id, drafted, accepted)
-        self.match_alpha.get(req.scope).observe(req.shadow.match, drafted, accepted)
+        req.learned.observe("ngram", drafted, accepted, req.shadow.match)
         self.stats.shadow_drafted += drafted
         self.stats.shadow_accepted += accepted
         self.metrics.shadow(drafted, accepted)

@@ -19,6 +19,7 @@ from vllm_specdec_plugin.config import (CONFIG_KEY, SpecDecConfig, from_vllm_con
 from vllm_specdec_plugin.draft.checks import (check_draft_budget, check_draft_compatible,
                                               resolve_draft_path)
 from vllm_specdec_plugin.errors import UnsupportedFeatureError
+from vllm_specdec_plugin.tuning import BLOCK_SIZE, TOKENIZER_PROBE
 
 # vLLM's entry-point group for installed logits-processor plugins.
 LOGITS_PROCESSOR_GROUP = "vllm.logits_processors"
@@ -34,8 +35,8 @@ def check_vllm_config(vllm_config: Any) -> SpecDecConfig:
     max_len = int(mc.max_model_len)
     draft = resolve_draft_path(config.draft_model)
     cfg = check_draft_compatible(draft, mc.hf_config, mc.tokenizer, mc.model, max_len,
-                                 config.tokenizer_probe)
-    check_draft_budget(cfg, resolve_dtype(config.draft_dtype, mc.dtype), config.block_size, config.draft_kv_cache_mib, max_len)
+                                 TOKENIZER_PROBE)
+    check_draft_budget(cfg, resolve_dtype(mc.dtype), BLOCK_SIZE, config.draft_kv_cache_mib, max_len)
     if config.draft_vocab:
         draft_vocab.load(config.draft_vocab, int(cfg["vocab_size"]))
     return config

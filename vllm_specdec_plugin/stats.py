@@ -42,8 +42,8 @@ class ProposerStats:
 
     @property
     def backed_off(self) -> int:
-        """Request-rounds the adaptive rule held at k = 0 (reasons adaptive, batch, load)."""
-        return self.no_draft["adaptive"] + self.no_draft["batch"] + self.no_draft["load"]
+        """Request-rounds the policy priced out (reasons adaptive and batch)."""
+        return self.no_draft["adaptive"] + self.no_draft["batch"]
 
     def record_verification(self, drafted: int, accepted: int) -> None:
         self.drafted += drafted

@@ -10,9 +10,9 @@ ends it (``end``). Its tokens split in two:
   decoding row beyond 1 + its drafts (``num_scheduled_tokens`` of vLLM's
   ``SchedulerOutput``).
 
-Every step goes to ``StepCost.observe_target_step`` (less the exact sampler's
-seconds, priced apart as σ), and each decode step without prefill to its rows'
-credit (``row_credit``). When the scheduled counts are unknown, a step with a
+Every step goes to ``StepCost.observe_step`` (the exact sampler's seconds priced apart
+as σ), and each decode step without prefill to its rows' time budget
+(``RequestState.settle``). When the scheduled counts are unknown, a step with a
 prefill row is not recorded. The ``verify``/``plain`` step histogram and σ take
 only steps without prefill: a prefill step's time says nothing about decoding, and
 its last chunk's rows also sample on the exact path.
@@ -24,8 +24,7 @@ import logging
 import time
 from typing import Any, Mapping
 
-from vllm_specdec_plugin.row_credit import settle
-from vllm_specdec_plugin.step_cost import StepCost
+from vllm_specdec_plugin.control.cost import StepCost
 from vllm_specdec_plugin.tuning import FIT_LOG_S
 
 logger = logging.getLogger("vllm.specdec_plugin")
@@ -78,10 +77,10 @@ def saved_seconds(emitted: int, rows: int, plain_s: float, step: float) -> float
 class StepRecorder:
     """The step timer: ``begin`` at the scheduler output, ``end`` in propose()."""
 
-    def __init__(self, cost: StepCost, metrics: Any, slack: float) -> None:
+    def __init__(self, cost: StepCost, metrics: Any, tpot_limit: float) -> None:
         self.cost = cost
         self.metrics = metrics  # ProposerMetrics
-        self.slack = slack  # row_slack, for the rows' credit (row_credit)
+        self.tpot_limit = tpot_limit  # for the rows' time budget (RequestState.settle)
         self._t0: float | None = None  # when the current engine step began
         self._logged = time.perf_counter()  # when the fit was last logged
         self._scheduled: Mapping[str, int] | None = None
@@ -116,19 +115,20 @@ class StepRecorder:
         if step_log.isEnabledFor(logging.DEBUG):
             self._log_step(seconds, exact_s, n, m, rows, verify, sampled_token_ids)
         if n + m:
-            self.cost.observe_target_step(seconds - exact_s, n, m, rows)
+            self.cost.observe_step(seconds, n, m, rows, exact_s, verify)
         if m:
             return None
-        plain, whole = self.cost.step_time(rows), self.cost.step_time(n, rows=rows)
+        plain, whole = self.cost.step_s(rows), self.cost.step_s(n, rows=rows)
         emitted = sum(len(s) for s in sampled_token_ids)
         saved = None
-        if plain and whole:  # F: the step in plain steps at its batch, as fair_ks predicts
-            step = whole / plain + (self.cost.fixed_cost(rows) if verify else 0.0)
-            settle(sampled_token_ids, req_ids, requests, step, self.slack)
+        if plain and whole:  # F: the step in plain steps at its batch, as the policy priced it
+            step = whole / plain + (self.cost.sigma_s(rows) / plain if verify else 0.0)
+            for row, sampled in enumerate(sampled_token_ids):
+                req = requests.get(req_ids[row]) if sampled else None
+                if req is not None:
+                    req.settle(len(sampled), step, self.tpot_limit)
             saved = saved_seconds(emitted, rows, plain, step)
         self.metrics.target_step("verify" if verify else "plain", seconds, emitted)
-        if verify:
-            self.cost.observe_spec_overhead(exact_s)
         if now - self._logged > FIT_LOG_S:
             self._logged = now
             self.log_fit(rows)
@@ -139,21 +139,18 @@ class StepRecorder:
         """The DEBUG step line: measured seconds (target step, exact sampler, host gap
         before it), the tokens, and the fit's prediction before it saw this step."""
         ms = lambda x: "-" if x is None else f"{1e3 * x:.2f}"
-        spec = self.cost.spec_seconds() if verify else 0.0
-        pred = self.cost.step_time(n, m, rows=rows)
+        spec = self.cost.sigma_s(rows) if verify else 0.0
+        pred = self.cost.step_s(n, m, rows=rows)
         step_log.debug("specdec step: s %s exact %s gap %s | n %d m %d rows %d verify %d emitted %d"
                        " | pred %s plain %s sigma %s", ms(seconds), ms(exact_s), ms(self._gap),
                        n, m, rows, verify, sum(len(t) for t in sampled_token_ids), ms(pred),
-                       ms(self.cost.step_time(rows, m)), ms(spec))
+                       ms(self.cost.step_s(rows, m)), ms(spec))
 
     def log_fit(self, batch: int) -> None:
-        """One INFO line: the step cost fit and what it implies at ``batch`` rows (what
-        the controller's "load" and the row bound read)."""
-        cost = self.cost
-        f, c_prime = cost.snapshot(), cost.c_prime(batch)
+        """One INFO line: the cost fits and the prices they give at ``batch`` rows."""
+        f, p = self.cost.snapshot(), self.cost.prices(batch)
         ms = lambda x: "-" if x is None else f"{1e3 * x:.3g}"
         logger.info("specdec: step cost fit: a %s ms + b %s ms/token + q %s ms/row + p %s ms/prefill"
-                    " token, σ %s ms, draft catch-up %s ms/token; at B %d: v %.3f, σ(B) %.3f,"
-                    " c'(B) %s", ms(f["a"]), ms(f["b"]), ms(f["q"]), ms(f["p"]), ms(f["spec_s"]),
-                    ms(f["catch_up_b"]), batch, cost.load_cost(batch), cost.fixed_cost(batch),
-                    "-" if c_prime is None else f"{c_prime:.3f}")
+                    " token, σ %s ms, draft catch-up %s ms/token; at B %d in plain steps: %s",
+                    ms(f["a"]), ms(f["b"]), ms(f["q"]), ms(f["p"]), ms(f["sigma_s"]),
+                    ms(f["catch_up_b"]), batch, p)

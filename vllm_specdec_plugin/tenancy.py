@@ -14,9 +14,9 @@ for unsalted), ``("global",)`` for every request, ``None`` for a request whose s
 did not reach the worker (it shares with no one). What stays per worker, shared by
 every request: the step-cost model (wall-clock timings: they reveal load, not text),
 the per-step budget of shadow lookups (``shadow.take_turns``: by the rows present)
-and, with adaptive k, the whole-batch check and the probe schedule.
+and, with adaptive k, the step policy's probe schedule and host-time term.
 
-Standard library only (``adaptive`` imports it).
+Standard library only.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class ScopedCorpus:
 
 class RequestScopes:
     """Each live request's scope and the ids aborted, as the engine process reports
-    them each step (``compat.request_scope``: new requests' cache_salt, aborted ids).
+    them each step (``compat.scheduler``: new requests' cache_salt, aborted ids).
     Once a step comes without a report, nothing is shared from then on."""
 
     def __init__(self, mode: str) -> None:

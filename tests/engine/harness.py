@@ -30,6 +30,9 @@ def engine_kwargs(target: Path, spec: dict | None = None, **kw) -> dict:
 
 
 def plugin_spec(draft: Path, k: int, **opts) -> dict:
+    """The plugin with ``draft`` at k: the draft model at a fixed k unless ``opts`` say
+    otherwise (every round drafts k, so exactness tests verify every draft path)."""
+    opts = {"method": "draft", "adaptive": False, **opts}
     return {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
             "num_speculative_tokens": k,
             "draft_load_config": {"model_loader_extra_config": {"specdec": {"draft_model": str(draft), **opts}}}}

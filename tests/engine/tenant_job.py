@@ -26,14 +26,13 @@ import sys
 def _model_clock() -> None:
     """Replace measured seconds by a fixed linear model of the step's work (the engine
     runs in this process: VLLM_ENABLE_V1_MULTIPROCESSING=0)."""
-    from vllm_specdec_plugin.step_cost import StepCost
+    from vllm_specdec_plugin.control.cost import StepCost
 
-    target, draft, spec, catch = (StepCost.observe_target_step, StepCost.observe_draft_step,
-                                  StepCost.observe_spec_overhead, StepCost.observe_catch_up)
-    StepCost.observe_target_step = lambda self, _s, n, m=0, rows=None: target(
-        self, 0.02 + 0.0004 * n + 0.0002 * m, n, m, rows)
-    StepCost.observe_draft_step = lambda self, _s, p, n: draft(self, 0.001 * p + 0.0001 * n, p, n)
-    StepCost.observe_spec_overhead = lambda self, _s: spec(self, 0.001)
+    step, draft, catch = StepCost.observe_step, StepCost.observe_draft, StepCost.observe_catch_up
+    StepCost.observe_step = lambda self, _s, n, m, rows, _e=0.0, verified=False: step(
+        self, 0.02 + 0.0004 * n + 0.0002 * m + (0.001 if verified else 0.0), n, m, rows,
+        0.001 if verified else 0.0, verified)
+    StepCost.observe_draft = lambda self, _s, p, n: draft(self, 0.001 * p + 0.0001 * n, p, n)
     # the catch-up fit prices a lagging draft and bounds what a round feeds
     StepCost.observe_catch_up = lambda self, _s, n: catch(self, 0.001 + 0.0001 * n, n)
 

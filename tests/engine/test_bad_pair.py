@@ -7,14 +7,14 @@ import shutil
 import pytest
 
 from harness import EngineFailed, engine_kwargs, plugin_spec, run_engine
-from vllm_specdec_plugin.config import SpecDecConfig
+from vllm_specdec_plugin.tuning import TOKENIZER_PROBE
 
 
 def _swap_two_probe_tokens(folder):
     """Same vocab size and specials, but two ids of tokens in the probe exchanged."""
     from transformers import AutoTokenizer
 
-    probe = SpecDecConfig.__dataclass_fields__["tokenizer_probe"].default
+    probe = TOKENIZER_PROBE
     ids = AutoTokenizer.from_pretrained(str(folder)).encode(probe, add_special_tokens=False)
     a, b = ids[0], next(i for i in ids if i != ids[0])
     tj = folder / "tokenizer.json"

@@ -104,14 +104,18 @@ def test_qwen2_draft_runs_through_vllms_model_class(ci_pair, baseline):
 
     Not bit-equal: the biased q/k/v projection is a different GEMM call (bias fused),
     whose float32 rounding differs in the last bits, and that flips the draft's argmax
-    at rare near-ties (772 vs 774 accepted tokens on one CI CPU, equal on others)."""
+    at rare near-ties (772 vs 774 accepted tokens on one CI CPU, equal on others).
+    The latency bounds are lifted (``ttft_limit``, ``tpot_limit`` 100): they cut drafts
+    and chunk catch-ups by measured step times, which differ between runs by timing
+    alone."""
     from specdec_fixtures.qwen2_draft import ensure_qwen2_draft
 
     qwen2 = ensure_qwen2_draft(ci_pair.draft)
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     runs = {}
     for name, draft in (("llama", ci_pair.draft), ("qwen2", qwen2)):
-        res = run_engine(engine_kwargs(ci_pair.target, plugin_spec(draft, 3),
+        res = run_engine(engine_kwargs(ci_pair.target, plugin_spec(draft, 3, ttft_limit=100.0,
+                                                                  tpot_limit=100.0),
                                        max_model_len=MAX_MODEL_LEN), _free_jobs([4]), env=env)
         assert _ids(res, "b4") == _ids(baseline, "b16")[: len(PROMPTS)], name
         runs[name] = res["proposer"]

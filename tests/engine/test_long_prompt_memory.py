@@ -1,5 +1,5 @@
 """A prompt at max_model_len joins 15 decoding requests: the draft's lazy prefill is
-chunked under ``draft_prefill_budget``, so it costs bounded memory per step, and
+chunked under vLLM's token budget per step, so it costs bounded memory per step, and
 greedy output stays identical to no speculation.
 
 Peak RSS is sampled in the (in-process) engine while the batch runs, with and
@@ -11,7 +11,7 @@ from harness import engine_kwargs, plugin_spec, run_engine
 from prompts import PROMPTS
 
 MAX_MODEL_LEN = 2048     # the ci draft's max_position_embeddings
-BUDGET = 256             # draft prefill tokens per step (default 2048; small to chunk here)
+BUDGET = 256             # max_num_batched_tokens: also the draft's prefill tokens per round
 INPROC = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
@@ -31,8 +31,8 @@ def test_max_length_prompt_in_a_full_batch(ci_pair):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(ci_pair.target))
-    kw = dict(max_model_len=MAX_MODEL_LEN, max_num_seqs=16, max_num_batched_tokens=512)
-    spec = plugin_spec(ci_pair.draft, 4, draft_prefill_budget=BUDGET)
+    kw = dict(max_model_len=MAX_MODEL_LEN, max_num_seqs=16, max_num_batched_tokens=BUDGET)
+    spec = plugin_spec(ci_pair.draft, 4)
     runs = {}
     for name, s in (("nospec", None), ("plugin", spec)):
         for with_long in (False, True):

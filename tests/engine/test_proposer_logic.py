@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_specdec_plugin import batch_check
 from vllm_specdec_plugin.compat import standalone
 from vllm_specdec_plugin.proposer import DraftModelProposer
 from vllm_specdec_plugin.tenancy import UNSALTED
@@ -63,6 +62,8 @@ def attach(p, runner):
 
 
 def make_proposer(monkeypatch, pair, k, max_model_len=128, mib=1.0, **opts):
+    """The proposer with the draft model at a fixed k unless ``opts`` say otherwise."""
+    opts = {"method": "draft", "adaptive": False, **opts}
     spec = {"method": "custom_class", "model": "vllm_specdec_plugin.DraftModelProposer",
             "num_speculative_tokens": k, "draft_load_config": {"model_loader_extra_config": {
                 "specdec": {"draft_model": str(pair.draft), "draft_kv_cache_mib": mib, **opts}}}}
@@ -141,14 +142,15 @@ def test_the_draft_cost_fit_books_drafting_passes_not_a_lazy_prefill(tiny, monke
     b = Batch([list(range(1, 41)), list(range(50, 70))])  # 40 + 20 prompt tokens
     n, arr = b.arrays()
     drafts = p.propose([[40], [69]], n, arr)
-    fit = p.step_cost.draft
-    assert (fit.pp, fit.pn) == (3 * 3, 3 * 6)  # passes 2-4 over 2 rows: 3 forwards, 6 tokens
+    fit = p.cost.draft
+    assert fit.w == 1 and fit.mean[:2] == [3, 6]  # passes 2-4 over 2 rows: 3 forwards, 6 tokens
     for row, d in zip(b.rows, drafts):
         row += [d[0], 0]  # one draft accepted, then a correction: 1 unseen token a row
     n, arr = b.arrays()
     p.propose([[d[0], 0] for d in drafts], n, arr)
-    f = fit.forget
-    assert (fit.pp, fit.pn) == (f * 9 + 4 * 4, f * 18 + 4 * (2 + 6))  # all 4 passes, 8 tokens
+    f = fit.decay
+    assert fit.w == pytest.approx(f + 1)  # then all 4 passes, 8 tokens
+    assert fit.mean[:2] == pytest.approx([(f * 3 + 4) / (f + 1), (f * 6 + 8) / (f + 1)])
 
 
 def test_finished_and_preempted_requests_free_blocks(tiny, monkeypatch):
@@ -291,9 +293,10 @@ def test_hybrid_chooses_the_source_by_measured_acceptance_per_request(tiny, monk
     _, path = tiny
     p = make_proposer(monkeypatch, path, k=3, method="hybrid")
     attach(p, FakeRunner(["a", "b"]))
+    a, b = (_joined(p, rid) for rid in "ab")
     for _ in range(12):
-        p.controllers["ngram"].observe_round("a", 3, 0)
-        p.controllers["ngram"].observe_round("b", 3, 3)
+        a.learned.observe("ngram", 3, 0)
+        b.learned.observe("ngram", 3, 3)
     rep = [1, 2, 3, 1, 2, 3, 1, 2]
     n, arr = Batch([rep, rep]).arrays()
     d = p.propose([[2], [2]], n, arr)
@@ -307,10 +310,11 @@ def test_hybrid_counts_a_round_without_match_as_ngram_miss_when_the_draft_is_hel
     pay), so the counters tell a missing match from a priced-out one."""
     _, path = tiny
     p = _hybrid_with_costs(monkeypatch, path, ["a"], sigma_s=0.0001)
-    for _ in range(3):                      # a draft forward costs two plain steps
-        p.step_cost.observe_draft_step(0.02, 1, 1)
+    for n in (1, 2, 3):                     # a draft forward costs two plain steps
+        p.cost.observe_draft(0.02 * n, n, n)
+    a = _joined(p, "a")
     for _ in range(8):                      # and the draft's rounds are always rejected
-        p.controllers["draft"].observe_round("a", 4, 0)
+        a.learned.observe("draft", 4, 0)
     seq = [1, 2, 3, 4, 5, 6, 7]             # no n-gram match anywhere
     n, arr = Batch([seq]).arrays()
     assert p.propose([[seq[-1]]], n, arr) == [[]]
@@ -361,76 +365,61 @@ def test_adaptive_k_drops_to_zero_for_a_request_that_never_accepts(tiny, monkeyp
     assert p.stats.no_draft["adaptive"] > 0
 
 
-def _hybrid_with_costs(monkeypatch, path, ids, sigma_s):
-    """Hybrid + adaptive k = 4 over rows ``ids``, both controllers having measured a flat
-    T(n) = 10 ms (drafting costs no forward time) and σ = ``sigma_s`` seconds."""
-    p = make_proposer(monkeypatch, path, k=4, method="hybrid", adaptive=True)
+def _joined(p, rid):
+    """The request record of ``rid`` (unsalted), made as its first verification would."""
+    return p._verified(rid, 0, np.zeros(1, dtype=np.int64))
+
+
+def _hybrid_with_costs(monkeypatch, path, ids, sigma_s, **opts):
+    """Hybrid + adaptive k = 4 over rows ``ids``, the cost fits having measured
+    T(n) = 10 ms + 1 ms a token and σ = ``sigma_s`` seconds."""
+    p = make_proposer(monkeypatch, path, k=4, method="hybrid", adaptive=True, **opts)
     attach(p, FakeRunner(ids))
-    for n in (1, 8, 16):                    # one cost model, shared by the controllers
-        p.step_cost.observe_target_step(0.01, n)
-    for _ in range(2):                      # (the first sample is skipped as set-up)
-        p.step_cost.observe_spec_overhead(sigma_s)
+    for n in (1, 8, 16):
+        p.cost.observe_step(0.01 + 0.001 * n, n, 0, n)
+    for rows in (1, 1, 8):                  # (the first sample is skipped as set-up)
+        p.cost.observe_step(0.011 + 0.001 * rows + sigma_s, rows + 1, 0, rows, sigma_s,
+                            verified=True)
     return p
 
 
-def test_a_step_that_cannot_pay_is_held_without_planning(tiny, monkeypatch):
-    """When even each row's best drafts cannot pay the verifying step's fixed cost σ
-    over the whole batch, no row is planned (no n-gram round, no draft prefill) and
-    every row is counted "batch" (each row's drafts alone gain something: verifying
-    costs no forward time here); once σ is cheap the rows are planned again."""
+def test_a_step_that_cannot_beat_a_plain_one_verifies_nothing(tiny, monkeypatch):
+    """When the best positions cannot pay the verifying step's fixed cost σ over the
+    whole batch, no row drafts (no n-gram round, no draft prefill): the row whose drafts
+    alone would gain is counted "batch", the others "adaptive"; once σ is cheap, that
+    row drafts again. (No latency bound here: σ alone would break it.)"""
     _, path = tiny
     ids = [f"r{i}" for i in range(8)]
-    p = _hybrid_with_costs(monkeypatch, path, ids, sigma_s=0.01)  # σ = one plain step
-    for c in p.controllers.values():
-        for rid in ids[1:]:                 # 7 rows whose drafts are always rejected
-            for _ in range(6):
-                c.observe_round(rid, 4, 0)
+    p = _hybrid_with_costs(monkeypatch, path, ids, sigma_s=0.018,  # σ = one plain step
+                           tpot_limit=1000.0)
+    for rid in ids:                         # r0's n-gram drafts are always accepted,
+        r = _joined(p, rid)                 # the 7 others' drafts always rejected
+        for source in ("ngram", "draft"):
+            for _ in range(30):
+                r.learned.observe(source, 4, 4 if rid == "r0" and source == "ngram" else 0)
     seqs = [[1, 2, 3, 1, 2, 3, 1, 2] for _ in ids]  # every row has an n-gram match
-    planned = []
-    plan = p.planner.plan
-    monkeypatch.setattr(p.planner, "plan", lambda *a, **kw: planned.append(a[1]) or plan(*a, **kw))
     n, arr = Batch(seqs).arrays()
     assert p.propose([[s[-1]] for s in seqs], n, arr) == [[]] * 8
-    # r0 alone would draft (its α is the prior), but σ slows all 8 rows: held unplanned
-    assert planned == [] and p.stats.no_draft == {"batch": 8}
+    assert p.stats.no_draft == {"batch": 1, "adaptive": 7}, p.stats.no_draft
     assert p.stats.prefill_tokens == 0
-    for _ in range(20):
-        p.step_cost.observe_spec_overhead(0.0)  # σ's median -> 0: the step may pay again
+    for _ in range(40):                     # σ -> 0: the step may pay again
+        p.cost.observe_step(0.019, 9, 0, 8, 0.0, verified=True)
     d = p.propose([[s[-1]] for s in seqs], n, arr)
-    assert planned == ids and d[0] == [3, 1, 2, 3]
-
-
-def test_a_row_held_for_its_alpha_keeps_the_step_open_when_a_long_match_could_pay(
-        tiny, monkeypatch):
-    """The step pre-check bounds an n-gram row as the planner offers it: a row whose
-    controller holds it for "adaptive" counts at the best price any of its matches
-    could get, so a bucket of long matches accepted in full keeps the step planned."""
-    _, path = tiny
-    p = make_proposer(monkeypatch, path, k=8, method="hybrid", adaptive=True)
-    attach(p, FakeRunner(["a"]))
-    choices = {"ngram": {"a": (0, "adaptive")}, "draft": {"a": (0, "adaptive")}}
-    estimates = {"ngram": (p.ngram_alpha, 0.05, 0.3),
-                 "draft": (p.controllers["draft"].alpha, 0.3, 0.3)}
-    for _ in range(6):
-        p.controllers["ngram"].observe_round("a", 4, 0)  # its own rounds all failed
-    assert batch_check.held(["a"], 1, choices, estimates, p.k, probing=False) == {"a": "batch"}
-    for _ in range(10):
-        p.match_alpha.get(UNSALTED).observe(("corpus", 7), drafted=8, accepted=8)
-    assert batch_check.held(["a"], 1, choices, estimates, p.k, probing=False) is None
+    assert d[0] == [3, 1, 2, 3] and not any(d[1:])
 
 
 @pytest.mark.parametrize("bound", ["tokens", "time"])
 def test_long_catch_up_is_chunked_under_the_prefill_budget(tiny, monkeypatch, bound):
     """A prompt longer than the budget is fed in chunks over several rounds, drafting
     nothing until caught up; a short request in the same batch drafts every round.
-    The budget is draft_prefill_budget, or the step's catch-up room (the tokens that
-    delay it by CATCH_UP_STEP_MAX plain steps), whichever is smaller."""
+    The budget is vLLM's token budget, or the step's catch-up room (the tokens that
+    delay it by what the time-per-token bound lets a step take), whichever is smaller."""
     model, path = tiny
-    if bound == "tokens":
-        p = make_proposer(monkeypatch, path, k=3, max_model_len=256, draft_prefill_budget=40)
+    p = make_proposer(monkeypatch, path, k=3, max_model_len=256)
+    if bound == "tokens":  # vLLM's token budget (max_num_batched_tokens)
+        p.planner.prefill_budget = 40
     else:
-        p = make_proposer(monkeypatch, path, k=3, max_model_len=256)
-        monkeypatch.setattr(p.step_cost, "catch_up_room", lambda batch: 40 if batch > 1 else None)
+        monkeypatch.setattr(p.cost, "catch_up_room", lambda batch, most: 40 if batch > 1 else None)
     attach(p, FakeRunner(["long", "short"]))
     g = torch.Generator().manual_seed(3)
     long = torch.randint(4, V, (100,), generator=g).tolist()
@@ -465,7 +454,7 @@ def test_rows_with_different_k_draft_their_own_continuations(tiny, monkeypatch):
 def test_held_rows_measure_ngram_acceptance_by_shadow_proposals(tiny, monkeypatch):
     """Rows held at k = 0 verify nothing, yet their n-gram acceptance is measured: a few
     rows per step get a shadow proposal, decided by the tokens the target commits next
-    and booked (controller and match bucket) as the round it would have been."""
+    and booked (request, scope and match bucket) as the round it would have been."""
     from vllm_specdec_plugin.tuning import SHADOW_ROWS
 
     _, path = tiny
@@ -484,13 +473,14 @@ def test_held_rows_measure_ngram_acceptance_by_shadow_proposals(tiny, monkeypatc
     assert p.stats.shadow_drafted == 0       # pending: one of four drafts known
     rest = [r for r in ids if r not in first]
     assert all(p.requests[r].shadow.drafts == [1, 2, 3, 1] for r in rest)  # their turn
-    alpha0 = p.controllers["ngram"].alpha(first[0])
+    alpha0 = p.requests[first[0]].learned.alpha("ngram")
     for s in seqs:
         s.append(9)                          # rejects the second / the first draft
     n, arr = Batch(seqs).arrays()
     p.propose([[9]] * 6, n, arr)
     assert (p.stats.shadow_drafted, p.stats.shadow_accepted) == (4 * 6, SHADOW_ROWS)
-    assert p.controllers["ngram"].alpha(first[0]) < alpha0
-    assert list(p.match_alpha.get(UNSALTED)._counts) == [("own", 4)]      # the bucket learned too
-    assert p.match_alpha.get(UNSALTED).bucket_alpha(("own", 4), 0.6) < 0.6
+    assert p.requests[first[0]].learned.alpha("ngram") < alpha0
+    scope = p.scope_records.get(UNSALTED)
+    assert list(scope.matches) == [("own", 4)]      # the bucket learned too
+    assert scope.matches[("own", 4)].value(0.6, 4.0) < 0.6
     assert p.stats.drafted == 0              # the target verified nothing

@@ -129,12 +129,43 @@ def test_cited_results_exist(page: Path):
     assert not missing, f"{page.name} cites results that are not in the repository: {missing}"
 
 
-def test_readme_lists_every_option():
-    text = README.read_text(encoding="utf-8")
-    missing = [f.name for f in dataclasses.fields(SpecDecConfig) if f"`{f.name}`" not in text
-               and f.name not in ("preset",)]
-    assert not missing, f"README.md does not mention options {missing}"
-    assert '"preset"' in text
+def option_table(page: Path) -> dict[str, str]:
+    """The page's option table: ``| `name` | default | meaning |`` rows under a header
+    ``| option | default | meaning |``, as {name: default}."""
+    rows, inside = {}, False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("| option | default |"):
+            inside = True
+        elif inside and not line.startswith("|"):
+            break
+        elif inside and line.startswith("| `"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0].strip("`")] = cells[1].strip("`")
+    return rows
+
+
+def _doc_default(value) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+@pytest.mark.parametrize("page", [README, DOCS / "serving-and-tuning.md"], ids=lambda p: p.name)
+def test_option_tables_match_config(page: Path):
+    """Each page's option table has exactly config.py's options, with their defaults
+    (k is vLLM's own key: its default is vLLM's)."""
+    table = option_table(page)
+    fields = {f.name: f.default for f in dataclasses.fields(SpecDecConfig)}
+    assert set(table) == set(fields), (f"{page.name}: options missing from the table "
+                                       f"{sorted(set(fields) - set(table))}, not options "
+                                       f"{sorted(set(table) - set(fields))}")
+    wrong = {name: (table[name], _doc_default(d)) for name, d in fields.items()
+             if name != "num_speculative_tokens" and table[name] != _doc_default(d)}
+    assert not wrong, f"{page.name}: documented default != config.py's: {wrong}"
 
 
 def test_mkdocs_strict_build(tmp_path):

@@ -120,14 +120,16 @@ def test_per_request_metrics_default_only_when_ours(monkeypatch):
         (_vllm_config("ngram", None), "none"),
     ]
     from vllm_specdec_plugin import ray_bridge
-    from vllm_specdec_plugin.compat import engine_config
+    from vllm_specdec_plugin.compat import engine_config, patches
 
-    monkeypatch.setattr(response_metrics, "install_response_wrappers", lambda: None)
+    installed = []
+    monkeypatch.setattr(patches, "install", installed.append)  # the response wrappers
     monkeypatch.setattr(ray_bridge, "maybe_start", lambda: None)
     for cfg, want in cases:
         if engine_config._selects_plugin(cfg):
             engine_config._on_plugin_config(cfg)
         assert cfg.observability_config.per_request_spec_decode_metrics == want
+    assert installed == ["responses"] * 3  # once per config that selects our proposer
 
 
 def test_attach_adds_each_choices_own_metrics():

@@ -586,7 +586,7 @@ def test_first_argmax_breaks_ties_like_torch_argmax():
 @pytest.mark.parametrize("name", ["rejection", "rejection_reference", "token_draw"])
 def test_rejection_mathematics_needs_torch_only(name):
     """The rejection mathematics stays vLLM-free: torch, the stdlib, and each other."""
-    from test_step_cost import imports_of
+    from test_cost import imports_of
 
     top, ours = imports_of(name)
     assert top <= {"__future__", "collections", "torch"}, top

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_specdec_plugin.adaptive import AdaptiveConfig, AdaptiveK
 from vllm_specdec_plugin.config import SpecDecConfig
 from vllm_specdec_plugin.errors import SpecDecConfigError
 from vllm_specdec_plugin.ngram_corpus import CorpusIndex
 from vllm_specdec_plugin.planning import Planner
-from vllm_specdec_plugin.tenancy import UNSALTED, ScopedCorpus, ScopedStore, scope_key
+from vllm_specdec_plugin.tenancy import (UNSALTED, RequestScopes, ScopedCorpus, ScopedStore,
+                                         scope_key)
 
 pytestmark = pytest.mark.unit
 
@@ -58,27 +58,33 @@ def test_scoped_store_keeps_the_most_recent_scopes():
     assert store.get(None) == [] and len(store) == 2  # None is never kept
 
 
-def test_one_scopes_acceptance_never_moves_anothers_prior():
-    c = AdaptiveK(AdaptiveConfig(k_max=4, prior_alpha=0.6))
-    c.join("a1", ("salt", "a"))
-    c.join("b1", ("salt", "b"))
-    for _ in range(50):
-        c.begin_step()
-        c.observe_round("a1", 4, 4)  # tenant a replays: everything accepted
-    assert c.global_alpha(("salt", "a")) > 0.9
-    assert c.global_alpha(("salt", "b")) == pytest.approx(0.6)
-    assert c.alpha("b1") == pytest.approx(0.6)
-    c.join("b2", ("salt", "b"))
-    assert c.alpha("b2") == pytest.approx(0.6)
-    c.join("u", None)  # unknown scope: pools with no one
-    c.observe_round("u", 4, 0)
-    assert c.global_alpha(None) == pytest.approx(0.6)
+# One scope's acceptance never moving another's prior: test_acceptance.py.
+
+
+def test_request_scopes_follow_the_engines_reports():
+    scopes = RequestScopes("salt")
+    assert scopes.note(({"a": "x", "b": None}, ())) is False
+    assert scopes.get("a") == ("salt", "x") and scopes.get("b") == UNSALTED
+    assert scopes.note(({}, ["b"])) is False  # b aborted: its tokens join no corpus
+    assert scopes.finish("a") == (("salt", "x"), True)
+    assert scopes.finish("b") == (UNSALTED, False)
+    assert scopes.finish("never") == (None, True)
+    assert RequestScopes("global").note(({"c": "x"}, ())) is False
+    # a step without a report: nothing is shared from then on (warned once)
+    assert scopes.note(({"d": "x"}, ())) is False and scopes.note(None) is True
+    assert scopes.note(None) is False
+    scopes.note(({"e": "x"}, ()))
+    assert scopes.get("e") is None and scopes.finish("d") == (("salt", "x"), False)
+
+
+def _planner(scope: str, tokens: int = 65536) -> Planner:
+    return Planner("ngram", 8, 1024, tokens, scope, 2048, lambda reason: None)
 
 
 def test_scope_option_is_validated_and_off_means_no_corpus():
     with pytest.raises(SpecDecConfigError, match="ngram_corpus_scope.*Fix"):
         SpecDecConfig(method="ngram", ngram_corpus_scope="tenant")
-    planner = Planner(SpecDecConfig(method="ngram", ngram_corpus_scope="off"), 1024, None,
-                      lambda reason: None)
-    assert planner.corpus is None
-    assert Planner(SpecDecConfig(method="ngram"), 1024, None, lambda r: None).corpus is not None
+    assert _planner("off").corpus is None
+    assert _planner("salt", tokens=0).corpus is None
+    assert _planner("salt").corpus is not None and _planner("global").corpus is not None
+    assert Planner("draft", 8, 1024, 65536, "salt", 2048, lambda r: None).corpus is None

@@ -1,37 +1,15 @@
 """Engine-config creation: where the plugin's start-up work happens, once, in the
 process that builds the VllmConfig (the API server, or the offline ``LLM``).
 
-Why: a bad plugin configuration must stop start-up with one message naming the fix
-  before EngineCore and workers are spawned; vLLM has no plugin hook at config
-  creation. The same moment is the right one to turn on per-request acceptance in
-  responses and to start the Ray Serve metrics bridge.
-How: ``EngineArgs.create_engine_config`` is wrapped (from ``register()``, in every
-  process). Before vLLM parses the speculative config, ``startup_checks.check_engine_args``
-  validates our options (vLLM's pydantic error for k = 0 names no fix); after, when the
-  config selects our proposer: ``startup_checks.check_vllm_config`` (draft folder, pair,
-  KV budget), ``--per-request-spec-decode-metrics`` defaults to the plugin's level,
-  the response wrappers are installed (``response_metrics``) and, in a Ray Serve
-  replica, the metrics bridge starts (``ray_bridge``). Otherwise a pure pass-through.
-Upstream: a plugin hook on engine-config creation (or config validation).
-Remove when: vLLM offers one; the three steps move there unchanged.
+Why and how: the ``EngineArgs.create_engine_config`` row of ``compat.patches``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-_installed = False
 
-
-def install() -> None:
-    """Wrap EngineArgs.create_engine_config (idempotent)."""
-    global _installed
-    if _installed:
-        return
-    from vllm.engine.arg_utils import EngineArgs
-
-    original = EngineArgs.create_engine_config
-
+def wrap_create_engine_config(original: Any) -> Any:
     def create_engine_config(self, *args, **kwargs):  # noqa: ANN001 - vLLM signature
         from vllm_specdec_plugin.startup_checks import check_engine_args
 
@@ -43,9 +21,7 @@ def install() -> None:
         _on_plugin_config(config)
         return config
 
-    create_engine_config.__wrapped__ = original  # type: ignore[attr-defined]
-    EngineArgs.create_engine_config = create_engine_config
-    _installed = True
+    return create_engine_config
 
 
 def _selects_plugin(config: Any) -> bool:
@@ -56,7 +32,7 @@ def _selects_plugin(config: Any) -> bool:
 
 def _on_plugin_config(config: Any) -> None:
     from vllm_specdec_plugin import ray_bridge
-    from vllm_specdec_plugin.compat import response_metrics
+    from vllm_specdec_plugin.compat import patches
     from vllm_specdec_plugin.startup_checks import check_vllm_config
 
     # Fail here, before EngineCore and workers exist: one message naming the fix.
@@ -64,5 +40,5 @@ def _on_plugin_config(config: Any) -> None:
     obs = getattr(config, "observability_config", None)
     if obs is not None and obs.per_request_spec_decode_metrics == "none" and level != "none":
         obs.per_request_spec_decode_metrics = level
-    response_metrics.install_response_wrappers()
+    patches.install("responses")
     ray_bridge.maybe_start()  # Ray Serve replicas only

@@ -35,14 +35,13 @@ def proposer_snapshot(llm: Any) -> dict | None:
     if d is None or not hasattr(d, "stats"):
         return None
     from vllm_specdec_plugin.compat.draft_ids_return import counts
-    from vllm_specdec_plugin.compat.scheduler_plan import counts as plan
+    from vllm_specdec_plugin.compat.scheduler import counts as plan
 
     s, a = d.stats, d.allocator
     return {
         "draft_ids_carried": counts["carried"], "draft_ids_rpc": counts["rpc"],
         "drafting_deferred": counts["deferred"],  # steps whose first tokens left first
         "plan_kept": plan["kept"], "plan_cut": plan["cut"], "plan_steps": plan["steps"],
-        "plan_deferred": plan["deferred"],  # waiting requests left to a later step
         "plan_arrival": plan["arrival"],  # steps cut for a request expected to arrive
         "blocks_total": a.num_blocks if a else 0, "blocks_free": a.num_free if a else 0,
         "by_source": dict(s.by_source),

@@ -1,32 +1,8 @@
 """Our rejection sampler in place of vLLM's, and min_p / logit_bias under speculation.
 
-Why:
-  1. vLLM 0.32's rejection sampler is not exact on CPU: ``expand_batch_to_tokens``
-     (utils/cpu_triton_utils.py ``_expand_kernel_impl``) writes a converted copy and
-     leaves per-token temperature/top-k/top-p uninitialised, so sampled speculation
-     changes the output distribution. It also never applies min_p or logit_bias.
-  2. With any speculative config, ``build_logitsprocs`` builds only the min_tokens
-     processor, so even steps without drafts ignore min_p and logit_bias, and
-     ``SamplingParams._validate_spec_decode`` refuses both per request.
-How:
-  - ``SpecDecRejectionSampler`` subclasses vLLM's RejectionSampler and replaces
-    ``forward``: target logits -> hard constraints -> our sampling pipeline (the same
-    one the draft's q goes through) -> ``vllm_specdec_plugin.rejection``. vLLM's
-    ``parse_output`` and logprobs gathering are reused unchanged. A step in which no
-    row has drafts and none is seeded goes to vLLM's plain Sampler, as without
-    speculation (vLLM calls the rejection sampler on every step once a speculative
-    config exists); plain-greedy batches verify from the argmax alone.
-  - ``install_worker_patches()`` swaps the module globals ``RejectionSampler`` and
-    ``build_logitsprocs`` in ``v1.worker.gpu_model_runner``. It is called from our
-    proposer's constructor, which GPUModelRunner.__init__ runs before it builds the
-    rejection sampler and the input batch, so only runners using our proposer change.
-  - ``install_frontend_patch()`` (from register(), API process) wraps
-    ``_validate_spec_decode``: a pass-through unless the speculative config names
-    our proposer.
-Upstream: a fixed CPU expand kernel, min_p/logit_bias support in the speculative
-  path, and a rejection-sampler plugin point.
-Remove when: vLLM's own speculative sampling is exact on CPU and honours min_p and
-  logit_bias (then drop the frontend patch and the build_logitsprocs swap too).
+``SpecDecRejectionSampler``, the logits-processor builder and request validation. Why
+and how: the ``_validate_spec_decode``, ``build_logitsprocs`` and ``RejectionSampler`` rows
+of ``compat.patches``.
 """
 
 from __future__ import annotations
@@ -37,10 +13,6 @@ from typing import Any
 import torch
 
 
-_worker_installed = False
-_frontend_installed = False
-
-
 def is_ours(speculative_config: Any) -> bool:
     """True when a SpeculativeConfig selects one of this plugin's proposers."""
     from vllm_specdec_plugin.config import selects_plugin
@@ -49,34 +21,17 @@ def is_ours(speculative_config: Any) -> bool:
         getattr(speculative_config, "method", None), getattr(speculative_config, "model", None))
 
 
-def install_frontend_patch() -> None:
-    """Let min_p and logit_bias through request validation when our proposer runs."""
-    global _frontend_installed
-    if _frontend_installed:
-        return
-    from vllm.sampling_params import SamplingParams
-
-    original = SamplingParams._validate_spec_decode
-
+def wrap_validate_spec_decode(original: Any) -> Any:
     def _validate_spec_decode(self, speculative_config):  # noqa: ANN001
         if is_ours(speculative_config):
             return None  # our sampler honours min_p and logit_bias exactly
         return original(self, speculative_config)
 
-    _validate_spec_decode.__wrapped__ = original  # type: ignore[attr-defined]
-    SamplingParams._validate_spec_decode = _validate_spec_decode
-    _frontend_installed = True
+    return _validate_spec_decode
 
 
-def install_worker_patches() -> None:
-    """Swap the rejection sampler class and the logits-processor builder (idempotent)."""
-    global _worker_installed
-    if _worker_installed:
-        return
-    from vllm.v1.worker import gpu_model_runner as gmr
+def wrap_build_logitsprocs(original: Any) -> Any:
     from vllm.v1.sample import logits_processor as lp
-
-    original_build = gmr.build_logitsprocs
 
     def build_logitsprocs(vllm_config, device, is_pin_memory, is_pooling_model,
                           custom_logitsprocs=()):  # noqa: ANN001
@@ -85,15 +40,14 @@ def install_worker_patches() -> None:
             # the plain Sampler (steps without drafts) then honours min_p/logit_bias.
             return lp.LogitsProcessors(ctor(vllm_config, device, is_pin_memory)
                                        for ctor in lp.BUILTIN_LOGITS_PROCESSORS)
-        return original_build(vllm_config, device, is_pin_memory, is_pooling_model,
-                              custom_logitsprocs)
+        return original(vllm_config, device, is_pin_memory, is_pooling_model,
+                        custom_logitsprocs)
 
-    gmr.build_logitsprocs = build_logitsprocs
-    gmr.RejectionSampler = _make_sampler_class(gmr.RejectionSampler)
-    _worker_installed = True
+    return build_logitsprocs
 
 
 def _make_sampler_class(base: type) -> type:
+    """The ``RejectionSampler`` row's factory (benchmarks/gpu_reference.py swaps it)."""
     from vllm.v1.outputs import SamplerOutput
 
     class SpecDecRejectionSampler(base):  # type: ignore[misc, valid-type]

@@ -1,40 +1,13 @@
-"""Per-request acceptance in every response, including n > 1 and multi-prompt requests.
+"""Per-request acceptance in every response choice, including n > 1 and multi-prompt.
 
-Why: vLLM 0.32 already tracks acceptance per output sequence in the scheduler
-  (``RequestSpecDecodeMetrics``: histogram of accepted drafts per verify step, drafts)
-  and hands it to each finished ``CompletionOutput.spec_decode_metrics``. Two gaps:
-  1. it is off unless ``--per-request-spec-decode-metrics`` is given;
-  2. the OpenAI server attaches it only to single-sequence responses (``metrics.
-     speculative_decoding``), so n > 1 and multi-prompt completions lose it.
-How: (1) ``compat/engine_config.py`` turns the level from ``none`` to ``summary``
-  when the config selects our proposer (the plugin option ``response_metrics: none``
-  opts out) and then calls ``install_response_wrappers``. (2) The non-streaming completion and
-  chat response builders are wrapped to add ``speculative_decoding`` (the same fields
-  as vLLM's ``SpeculativeDecodingMetrics``) to every choice, from that choice's own
-  sequence. Both wrappers are pass-throughs unless our proposer is configured.
-Upstream: per-choice spec-decode metrics in the OpenAI protocol for n > 1.
-Remove when: vLLM reports per-choice acceptance itself; keep (1) only while the flag
-  defaults to ``none``.
+Why and how: the ``responses`` rows of ``compat.patches``.
 """
 
 from __future__ import annotations
 
 from typing import Any, AsyncIterator
 
-_responses_installed = False
 CHOICE_FIELD = "speculative_decoding"
-
-
-def install_response_wrappers() -> None:
-    """Wrap the completion and chat response builders (idempotent). Called only when
-    a config selects our proposer, in processes that build configs (API server,
-    offline LLM), never in EngineCore or workers."""
-    global _responses_installed
-    if _responses_installed:
-        return
-    _responses_installed = True
-    _wrap_completion_response()
-    _wrap_chat_response()
 
 
 def _vllm_config(serving: Any) -> Any:
@@ -60,11 +33,7 @@ def _attach(choices: list[Any], outputs: list[Any]) -> None:
             setattr(choice, CHOICE_FIELD, metrics)  # response models allow extra fields
 
 
-def _wrap_completion_response() -> None:
-    from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion as S
-
-    original = S.request_output_to_completion_response
-
+def wrap_completion_response(original: Any) -> Any:
     def request_output_to_completion_response(self, final_res_batch, *args, **kwargs):  # noqa: ANN001
         response = original(self, final_res_batch, *args, **kwargs)
         if _ours(_vllm_config(self)):
@@ -72,15 +41,10 @@ def _wrap_completion_response() -> None:
             _attach(response.choices, [o for res in final_res_batch for o in res.outputs])
         return response
 
-    request_output_to_completion_response.__wrapped__ = original  # type: ignore[attr-defined]
-    S.request_output_to_completion_response = request_output_to_completion_response
+    return request_output_to_completion_response
 
 
-def _wrap_chat_response() -> None:
-    from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat as S
-
-    original = S.chat_completion_full_generator
-
+def wrap_chat_response(original: Any) -> Any:
     async def chat_completion_full_generator(self, request, result_generator, *args, **kwargs):  # noqa: ANN001
         if not _ours(_vllm_config(self)):
             return await original(self, request, result_generator, *args, **kwargs)
@@ -98,5 +62,4 @@ def _wrap_chat_response() -> None:
             _attach(choices, [by_index.get(c.index) for c in choices])
         return response
 
-    chat_completion_full_generator.__wrapped__ = original  # type: ignore[attr-defined]
-    S.chat_completion_full_generator = chat_completion_full_generator
+    return chat_completion_full_generator

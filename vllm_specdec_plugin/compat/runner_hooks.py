@@ -1,29 +1,16 @@
-"""Hooks into vLLM's GPUModelRunner (CPUModelRunner subclasses it).
+"""Our proposer's access to vLLM's GPUModelRunner (CPUModelRunner subclasses it).
 
-Why: the ``custom_class`` proposer contract (v1/spec_decode/custom_class_proposer.py)
-  gives the proposer only token arrays. It needs (a) the runner, for request ids,
-  sampling parameters and the draft-probs channel, and (b) request lifecycle events
-  (finished, preempted) to free its draft KV blocks and to keep a finished request's
-  tokens for cross-request n-gram drafts (read from the persistent batch, which still
-  holds the request when the wrapper runs).
-How: wrap ``GPUModelRunner._update_states``, which sees every SchedulerOutput before
-  the runner forgets finished requests. The wrapper forwards to the runner's drafter
-  only if the drafter is ours, else it is a plain call-through. It is installed from
-  our proposer's constructor, i.e. only when the user configured our proposer.
-  Draft probabilities go into ``runner._draft_probs`` / ``_draft_prob_req_ids``, the
-  channel ``_get_spec_decode_draft_probs`` reads at the next step.
-Upstream: a proposer interface with lifecycle callbacks and a draft-probs return
-  value (the custom_class hook is marked experimental).
-Remove when: vLLM's custom proposer API passes scheduler output / request state.
+The ``_update_states`` wrapper (why and how: its row of ``compat.patches``) and the
+runner state our proposer reads and writes (request ids, sampling parameters, draft probs).
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-from vllm_specdec_plugin.compat import cpu_generators, draft_ids_return, scheduler_plan
+from vllm_specdec_plugin.compat import cpu_generators, scheduler
 
-_installed = False
+FIRST_TOKENS = "_specdec_first_tokens"  # on the runner: this step's first-token ids (draft_ids_return)
 
 
 class LifecycleAware(Protocol):
@@ -31,21 +18,13 @@ class LifecycleAware(Protocol):
     def on_scheduler_output(self, scheduler_output: Any) -> None: ...
 
 
-def install() -> None:
-    """Wrap GPUModelRunner._update_states (idempotent)."""
-    global _installed
-    if _installed:
-        return
-    from vllm.v1.worker import gpu_model_runner as gmr
-
-    original = gmr.GPUModelRunner._update_states
-
+def wrap_update_states(original: Any) -> Any:
     def _update_states(self, scheduler_output):  # noqa: ANN001 - vLLM signature
         ours = drafter_is_ours(self)
         if ours:
             # which rows sample a first token this step (draft_ids_return defers drafting)
-            setattr(self, draft_ids_return.FIRST_TOKENS,
-                    scheduler_plan.read_first_tokens(scheduler_output))
+            setattr(self, FIRST_TOKENS,
+                    scheduler.read_first_tokens(scheduler_output))
             self.drafter.bind_runner(self)
             self.drafter.on_scheduler_output(scheduler_output)
         result = original(self, scheduler_output)
@@ -53,9 +32,7 @@ def install() -> None:
             cpu_generators.make_rewindable(self)
         return result
 
-    _update_states.__wrapped__ = original  # type: ignore[attr-defined]
-    gmr.GPUModelRunner._update_states = _update_states
-    _installed = True
+    return _update_states
 
 
 def drafter_is_ours(runner: Any) -> bool:
@@ -120,12 +97,6 @@ def scheduled_spec_tokens(scheduler_output: Any) -> dict[str, list[int]] | None:
     """req_id -> the drafts this step verifies (absent: none), or None when the output
     carries no such field (a test's fake)."""
     return getattr(scheduler_output, "scheduled_spec_decode_tokens", None)
-
-
-def prompts_next(scheduler_output: Any) -> bool:
-    """The scheduler's step plan expects the next step to carry a prompt
-    (``scheduler_plan.prompts_next``); False without the plan."""
-    return scheduler_plan.read_prompts_next(scheduler_output)
 
 
 def num_scheduled_tokens(scheduler_output: Any) -> dict[str, int] | None:

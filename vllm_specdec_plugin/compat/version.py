@@ -15,6 +15,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 from vllm_specdec_plugin.errors import SpecDecError
 
+SUPPORTED_VLLM = "0.32"  # major.minor this release is written and tested against
+
 
 class UnsupportedVLLMVersionError(SpecDecError):
     """The installed vLLM is not the version this plugin supports."""
@@ -36,7 +38,6 @@ def check_vllm_version(found: str | None = None) -> str:
 
     ``found`` overrides the detected version (for tests). Returns the version.
     """
-    from vllm_specdec_plugin import SUPPORTED_VLLM
 
     found = installed_vllm_version() if found is None else found
     if found is None:

@@ -2,7 +2,7 @@
 
 The proposer decides who drafts; this runs the batched round (``draft/round.py``) with
 each row's sampling inputs, seed and grammar mask, books its wall time into the cost
-model (``step_cost``) and the metrics, and publishes q for the rejection sampler.
+model (``control.cost``) and the metrics, and publishes q for the rejection sampler.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from vllm_specdec_plugin.draft.round import draft_plans
 from vllm_specdec_plugin.draft.sampler import DraftSampler
 from vllm_specdec_plugin.planning import Plan
 from vllm_specdec_plugin.row_inputs import sampling_inputs, seed_for
-from vllm_specdec_plugin.step_cost import StepCost
+from vllm_specdec_plugin.control.cost import StepCost
 from vllm_specdec_plugin.step_record import step_log
 
 
@@ -56,9 +56,8 @@ class DecodePassTimer:
 class DraftBatch:
     """Runs and books draft rounds on the proposer's kernels and device."""
 
-    def __init__(self, draft_sampling: str, grammars: DraftGrammars, vocab_size: int,
-                 stats: Any, metrics: Any, step_cost: StepCost):
-        self.draft_sampling = draft_sampling
+    def __init__(self, grammars: DraftGrammars, vocab_size: int, stats: Any, metrics: Any,
+                 step_cost: StepCost):
         self.grammars = grammars
         self.vocab_size = vocab_size
         self.stats, self.metrics, self.step_cost = stats, metrics, step_cost
@@ -72,7 +71,7 @@ class DraftBatch:
         t0 = time.perf_counter()
         for p in plans:
             if p.k > 0:
-                sampling_inputs(runner, p, token_ids_cpu[p.row], self.draft_sampling)
+                sampling_inputs(runner, p, token_ids_cpu[p.row])
         sampler = DraftSampler([p.spec for p in plans], [p.prompt for p in plans],
                                [p.output for p in plans],
                                [seed_for(runner, p.req_id) for p in plans],
@@ -98,14 +97,14 @@ class DraftBatch:
             self.step_cost.observe_catch_up(max(dt - decode_s, 0.0), fed)
         if any(p.k > 0 for p in plans):
             if fed == len(plans):  # pass 1 fed one token a row: a forward like the others
-                self.step_cost.observe_draft_step(dt, passes, fed + later)
+                self.step_cost.observe_draft(dt, passes, fed + later)
             elif passes > 1:
                 # Pass 1 caught up a lazy prefill: a one-off per request, not the cost of
                 # drafting. Priced as a forward, a first round of a few hundred prompt
                 # tokens read as c' ~ 1 and kept the draft priced out for good (smol
                 # float32 serving: 1-3 draft rounds per cell at c = 1-8). Only the
                 # decode passes are booked here; a round of pass 1 alone books nothing.
-                self.step_cost.observe_draft_step(decode_s, passes - 1, later)
+                self.step_cost.observe_draft(decode_s, passes - 1, later)
         return sampler
 
     def publish(self, runner: Any, device: torch.device, drafting: list[Plan],

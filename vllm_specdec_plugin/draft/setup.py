@@ -15,6 +15,7 @@ from vllm_specdec_plugin.draft.sampler import DraftSampler
 from vllm_specdec_plugin.kv import BlockAllocator
 from vllm_specdec_plugin.planning import Plan
 from vllm_specdec_plugin.request_state import RequestState
+from vllm_specdec_plugin.tuning import BLOCK_SIZE
 from vllm_specdec_plugin.vocab_memory import describe as describe_buffers
 from vllm_specdec_plugin.vocab_memory import vocab_buffers
 
@@ -28,7 +29,7 @@ def load_draft(vllm_config: Any, config: Any, draft_path: Any, draft_hf_config: 
     """The draft's kernels and a block allocator over its KV pool
     (``config.draft_kv_cache_mib``, whole blocks), compiled and warmed; logs both.
     ``vocab_ids`` (int64 [N]): the reduced draft vocabulary (``draft_vocab``), or None."""
-    bs = config.block_size
+    bs = BLOCK_SIZE
     num_blocks = check_draft_budget(draft_hf_config, dtype_name, bs, config.draft_kv_cache_mib,
                                     max_model_len)
     t0 = time.perf_counter()

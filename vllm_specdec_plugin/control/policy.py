@@ -1,0 +1,311 @@
+"""The step policy: the one place that decides what a step verifies (pure Python).
+
+``decide`` takes every row's offers (per draft source: acceptance α, the drafts it has,
+their cost), the step's prices (``cost.Prices``) and its bounds, and returns each
+row's source and k (0 included). Units: tokens, and plain steps (the time of a step
+without drafts at this batch = 1; it emits B tokens, one a row).
+
+- **Objective: the step's goodput** E / F, tokens emitted per plain step. Position j of
+  a row drafting at acceptance α is worth α^j expected tokens and costs c = v + its
+  source's own cost (v: a verify token; the draft model adds its forward's share and
+  its catch-up spread over the request's remaining rounds). A step that verifies
+  anything also pays σ. Positions are taken by worth / cost, best first, while they
+  raise E / F (the ratio-maximising rule: position j + 1 of a row is never worth more
+  than j, so every row keeps a prefix of its drafts). The step verifies only if that
+  beats a plain step's B by ``MIN_GAIN``.
+- **Each row's source** is the offer with the larger net gain Σ_j (α^j - c·B) at its
+  best k: one comparison per row.
+- **Latency bounds, in the units the serving bounds use:**
+  - *time per output token*: no row's time per token in the step may exceed
+    ``tpot_limit`` of a plain step's, less the budget it saved (``credit``):
+    F <= tpot_limit·E[N_r] + credit_r. A row that gains nothing (E[N] = 1) bounds the
+    whole step; the budget carries slack between steps (``RequestRecord.settle``).
+  - *first token*: when the next step carries a prompt, this round's drafting, its
+    verification and σ may add at most ``first_token_room`` plain steps (the prompt's
+    first token waits for them).
+- **Probes**: ``probe`` gives every row with an offer at least one draft, so that a
+  row priced out by a stale α (or a fit that reads every token as a row) is measured
+  again; the caller spaces probes with a ``Backoff``.
+- **Host time** (``PlanningCost``): planning a step (every row's lookup and pricing,
+  the draft round) costs host time before the step starts. Where planned steps at a
+  batch size have saved less target time than planning took, it is not planned (rows
+  decode plainly) but for probes; and never where it alone would overrun the first
+  token's room.
+
+Without ``adaptive`` each row verifies all its chosen offer's drafts, within the first
+token's room only.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from vllm_specdec_plugin.control.estimators import Backoff, DecayedRate
+from vllm_specdec_plugin.tuning import (HOST_DECAY, HOST_MIN_STEPS, MIN_GAIN, PROBE_EVERY,
+                                        PROBE_MAX)
+
+NONE = ("", 0)
+
+
+@dataclass(slots=True)
+class Offer:
+    """What one draft source offers one row this step."""
+
+    source: str         # "ngram" or "draft"
+    alpha: float        # per-token acceptance the drafts are priced at
+    k: int              # most drafts (n-gram: those found; draft model: its room)
+    cost: float = 0.0   # plain steps a position adds beyond its verify token
+    now: float = 0.0    # plain steps the round adds now (a catch-up fed in full):
+                        # counted against the first token's room
+    once: float = 0.0   # plain steps the round adds, amortised (the catch-up spread over
+                        # the request's remaining rounds): on its first position
+
+
+@dataclass(slots=True)
+class RowView:
+    offers: list[Offer]
+    credit: float = 0.0  # time-per-token budget saved (+) or owed (-), plain steps
+
+
+@dataclass(frozen=True, slots=True)
+class StepView:
+    batch: int                 # B: decoding rows, all pay the step's time
+    verify: float              # v: one verify token, plain steps
+    sigma: float               # σ: a step that verifies anything, plain steps
+    tpot_limit: float = 1.05   # a row's time per token at most this x a plain step's
+    first_token_room: float | None = None  # plain steps before a prompt's step (None: no prompt next)
+    adaptive: bool = True
+    probe: bool = False
+
+
+@dataclass(slots=True)
+class Decision:
+    """What ``decide`` returns: per row (source, k) (("", 0): none), per row the reason
+    it verifies nothing ("" where it does: "no_offer", "adaptive" priced out, "latency"
+    a time-per-token bound, "first_token" the first token's room, "batch" what was
+    left did not beat a plain step), and the rows of the kept positions in the order
+    they were taken (the scheduler keeps a prefix of it: ``Hint``)."""
+
+    ks: list[tuple[str, int]]
+    why: list[str]
+    order: list[int]
+
+
+def decide(view: StepView, rows: list[RowView]) -> Decision:
+    """The step's decision (module docstring)."""
+    B, v = max(view.batch, 1), view.verify
+    chosen: list[Offer | None] = [_choose(r.offers, v, B) for r in rows]
+    out = [NONE] * len(rows)
+    why = ["no_offer" if o is None else "adaptive" for o in chosen]
+    # candidates, best worth per cost first: (-ratio, row, first j, last j, worth, cost).
+    # A row's first item is the prefix that pays its round cost (``once``) best; the
+    # positions after it come one at a time (worth α^j falls, cost stays).
+    heap = [_first_item(i, o, v) for i, o in enumerate(chosen) if o is not None]
+    heapq.heapify(heap)
+    room = view.first_token_room
+    spent = 0.0 if room is None else view.sigma  # against the first token's room
+    E, F = float(B), 1.0 + view.sigma            # tokens, plain steps (σ paid once)
+    e_row = [1.0] * len(rows)                    # E[N] per row
+    ver = [0] * len(rows)                        # for the lazy latency heap
+    slack = view.tpot_limit
+    bounds = [(slack + r.credit, i, 0) for i, r in enumerate(rows)]
+    heapq.heapify(bounds)
+    k = [0] * len(rows)
+    spent_row = [0.0] * len(rows)                # plain steps each row's positions cost
+    order: list[int] = []
+    while heap:
+        neg, i, j0, j1, worth, c = heapq.heappop(heap)
+        o = chosen[i]
+        if view.adaptive and -neg <= E / F:
+            break  # no later item raises the goodput
+        extra = c + (o.now - o.once if j0 == 1 else 0.0)
+        if room is not None and spent + extra > room:
+            why[i] = why[i] if k[i] else "first_token"
+            continue  # this row's later positions depend on these: dropped with them
+        if view.adaptive and not _within(bounds, rows, e_row, ver, i, worth, F + c, slack):
+            why[i] = why[i] if k[i] else "latency"
+            continue
+        k[i], E, F, spent = j1, E + worth, F + c, spent + extra
+        spent_row[i] += c
+        why[i] = ""
+        order.extend([i] * (j1 - j0 + 1))
+        if j1 < o.k:
+            c, w = max(v + o.cost, 1e-12), o.alpha ** (j1 + 1)
+            heapq.heappush(heap, (-w / c, i, j1 + 1, j1 + 1, w, c))
+    if view.probe:
+        for i, o in enumerate(chosen):
+            if o is not None and not k[i] and (room is None or spent + v + o.cost + o.now <= room):
+                k[i], spent, F, E = 1, spent + v + o.cost + o.now, F + v + o.cost + o.once, E + o.alpha
+                why[i] = ""
+                order.append(i)
+    elif view.adaptive and any(k) and E / F <= B * (1.0 + MIN_GAIN):
+        # "batch" for a row whose positions would pay for a step of its own, σ included
+        # (the rest of the batch made the step not pay), else "adaptive"
+        why = [w if not ki else "batch" if e_row[i] / (1.0 + view.sigma + B * spent_row[i])
+               > 1.0 + MIN_GAIN else "adaptive" for i, (ki, w) in enumerate(zip(k, why))]
+        return Decision(out, why, [])
+    for i, ki in enumerate(k):
+        if ki:
+            out[i] = (chosen[i].source, ki)
+    return Decision(out, why, order)
+
+
+def _first_item(i: int, o: Offer, v: float) -> tuple:
+    """Row ``i``'s first candidate: positions 1..m with the best worth per cost, the
+    round cost ``once`` included (m = 1 without one)."""
+    c = max(v + o.cost, 1e-12)
+    best, worth, p = None, 0.0, 1.0
+    for m in range(1, o.k + 1):
+        p *= o.alpha
+        worth += p
+        cost = m * c + o.once
+        if best is not None and worth / cost <= -best[0]:
+            break  # the ratio of a prefix rises then falls: the first fall is the peak
+        best = (-worth / cost, i, 1, m, worth, cost)
+    return best
+
+
+def _choose(offers: list[Offer], v: float, batch: int) -> Offer | None:
+    """The offer with the larger net gain Σ_{j<=k} (α^j - c·B) at its best k (ties: the
+    first listed); None without an offer that has a draft."""
+    best, best_gain = None, float("-inf")
+    for o in offers:
+        if o.k < 1:
+            continue
+        gain, p, price = -o.once * batch, 1.0, (v + o.cost) * batch
+        for _ in range(o.k):
+            p *= o.alpha
+            if p <= price:
+                break
+            gain += p - price
+        if gain > best_gain:
+            best, best_gain = o, gain
+    return best
+
+
+def _within(bounds: list, rows: list[RowView], e_row: list[float], ver: list[int], i: int,
+            worth: float, f_new: float, slack: float) -> bool:
+    """Whether a step of ``f_new`` plain steps keeps every row within its bound once row
+    ``i`` gains ``worth``; books the gain if so. ``bounds`` is a lazy min-heap of
+    (tpot_limit·E[N_r] + credit_r, r, version)."""
+    e_row[i] += worth
+    ver[i] += 1
+    heapq.heappush(bounds, (slack * e_row[i] + rows[i].credit, i, ver[i]))
+    while bounds[0][2] != ver[bounds[0][1]]:
+        heapq.heappop(bounds)
+    if f_new <= bounds[0][0]:
+        return True
+    e_row[i] -= worth
+    ver[i] += 1
+    heapq.heappush(bounds, (slack * e_row[i] + rows[i].credit, i, ver[i]))
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """The decision as the scheduler applies it, for a step whose prompts it knows only
+    then (a request arrived, or one finished and its client's next will): the fitted
+    step (``price``: a, b, p, q seconds of ``cost.StepCost.target``; s0, s1 of σ), the
+    share of a step verification may add (``share``: half of ttft_limit - 1), and the
+    request id of each kept draft position, in the order the policy took them."""
+
+    price: tuple[float, float, float, float, float, float] | None
+    share: float
+    ranking: tuple[str, ...]
+
+
+def verify_cap(hint: Hint, decode_rows: int, prefill_tokens: float) -> int | None:
+    """Verify tokens a step with ``decode_rows`` and ``prefill_tokens`` may keep: those
+    that, with σ, lengthen it by at most ``hint.share`` of its predicted time. None
+    without a fit."""
+    if hint.price is None or hint.price[1] <= 0:
+        return None
+    a, b, p, q, s0, s1 = hint.price
+    step = a + (b + q) * decode_rows + p * prefill_tokens
+    return max(0, int((hint.share * step - s0 - s1 * decode_rows) / b))
+
+
+def keep(hint: Hint, cap: int) -> dict[str, int]:
+    """Drafts each request keeps within ``cap`` verify tokens: the first ``cap``
+    positions of the policy's order (a prefix of each row's drafts)."""
+    kept: dict[str, int] = {}
+    for rid in hint.ranking[:cap]:
+        kept[rid] = kept.get(rid, 0) + 1
+    return kept
+
+
+class ProbeSchedule:
+    """When held rows are probed (``StepView.probe``): a ``Backoff`` that ticks on steps
+    where a row with an offer was priced out; a step that verifies by the policy's own
+    rule resets it, and a probe not followed by one doubles it."""
+
+    def __init__(self) -> None:
+        self._backoff = Backoff(PROBE_EVERY, PROBE_MAX)
+        self._held = False    # the last decided step priced a row out
+        self._probed = False  # the last decided step was a probe
+
+    def probe(self) -> bool:
+        return self._held and self._backoff.tick()
+
+    def decided(self, decision: Decision, probe: bool) -> None:
+        by_rule = not probe and bool(decision.order)
+        if by_rule:
+            self._backoff.succeeded()
+        elif self._probed:
+            self._backoff.failed()
+        self._probed = probe
+        self._held = any(w in ("adaptive", "batch") for w in decision.why)
+
+
+class PlanningCost:
+    """The host-time term: per batch bucket (powers of two), the decayed mean of target
+    seconds a planned step saved less the host seconds planning took. Below zero over
+    ``HOST_MIN_STEPS`` planned steps, the bucket is not planned but for probes
+    (a ``Backoff``: a probe that still does not pay doubles the wait)."""
+
+    def __init__(self) -> None:
+        self._net: dict[int, DecayedRate] = {}
+        self._probes: dict[int, Backoff] = {}  # the buckets being skipped
+        self._host = DecayedRate(HOST_DECAY)   # host seconds per planned step, any batch
+        self._pending: tuple[int, float] | None = None
+        self.probing = False  # the last ``plan`` is a skipped bucket's probe
+
+    def plan(self, batch: int, room_s: float | None = None) -> bool:
+        """Whether to plan a step at ``batch`` rows (call once a step); ``room_s``: the
+        first token's room in seconds when a prompt comes next."""
+        self.probing = False
+        if room_s is not None and self._host.den and room_s < self._host.value(0.0, 0.0):
+            return False
+        backoff = self._probes.get(batch.bit_length())
+        if backoff is None:
+            return True
+        self.probing = backoff.tick()
+        return self.probing
+
+    def planned(self, batch: int, host_s: float) -> None:
+        """A step at ``batch`` rows took ``host_s`` to plan; ``book`` pairs it with its saving."""
+        self._pending = (batch.bit_length(), max(host_s, 0.0))
+        self._host.add(max(host_s, 0.0), 1.0)
+
+    def book(self, saved_s: float | None) -> None:
+        """Target seconds the step just verified saved (None: unmeasurable, e.g. it
+        carried a prefill; the plan's pair is dropped)."""
+        pending, self._pending = self._pending, None
+        if pending is None or saved_s is None:
+            return
+        key, host = pending
+        net = self._net.setdefault(key, DecayedRate(HOST_DECAY))
+        net.add(saved_s - host, 1.0)
+        backoff = self._probes.get(key)
+        if net.den < HOST_MIN_STEPS:
+            return
+        if net.num >= 0:
+            self._probes.pop(key, None)
+        elif backoff is not None:
+            backoff.failed()
+        else:
+            self._probes[key] = Backoff(PROBE_EVERY, PROBE_MAX)
+
+    def skipping(self, batch: int) -> bool:
+        return batch.bit_length() in self._probes
