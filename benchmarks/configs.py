@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,17 @@ class Method:
     # Packages outside the project venv its engine needs (serving: on PYTHONPATH).
     # suffix: arctic-inference, built by scripts/install_suffix.sh.
     extra_site: str | None = None
+    # The plugin package as of this git commit, exported (git archive) into extra_site
+    # on first use: it comes before the editable install on PYTHONPATH.
+    commit: str | None = None
 
+
+# The plugin before the controller's rewrite (aa07521, 2026-12-02), served beside the
+# working tree's as "plugin-before-*" configurations.
+PLUGIN_BEFORE = "aa075210d7cd2d469497378ca4ea56dbf3fe5206"
+# Set (a full commit id) by ``benchmarks.serving --plugin-commit``: every other plugin
+# configuration serves the package as of that commit, exported like PLUGIN_BEFORE.
+PLUGIN_COMMIT_ENV = "SPECDEC_PLUGIN_COMMIT"
 
 METHODS: dict[str, Method] = {
     "none": Method("none", PLUGINS_NONE),
@@ -50,6 +62,9 @@ METHODS: dict[str, Method] = {
     "suffix": Method("suffix", PLUGINS_NONE, extra_site=".cache/suffix/site"),
     "plugin": Method("plugin", PLUGINS_SPECDEC, needs_draft=True),
     "plugin-nodraft": Method("plugin", PLUGINS_SPECDEC),   # n-gram mode: no draft model
+    "plugin-before": Method("plugin", PLUGINS_SPECDEC, needs_draft=True,
+                            extra_site=f".cache/plugin-{PLUGIN_BEFORE[:7]}/site",
+                            commit=PLUGIN_BEFORE),
 }
 
 
@@ -86,93 +101,36 @@ TABLE: list[Entry] = [
     # SUFFIX_TREE_DEPTH the tree depth is raised to k (a deeper tree is the only way
     # suffix drafts more).
     Entry("suffix", "suffix", (8, SUFFIX_TREE_DEPTH, 32)),
-    Entry("plugin", "plugin", K_SWEEP),
-    # Issue 7 modes. Adaptive modes get a larger k: it is the ceiling they choose under.
-    Entry("plugin-ngram", "plugin-nodraft", (4,), specdec={"method": "ngram"}),
-    Entry("plugin-hybrid", "plugin", (4,), specdec={"method": "hybrid"}),
-    Entry("plugin-adaptive", "plugin", (8,), specdec={"adaptive": True}),
-    # Ceilings 4-32: the k ceiling sweep that set tuning.K_CEILING (8) and MAX_K (32).
+    # The plugin's draft model at a fixed k (every round drafts k).
+    Entry("plugin", "plugin", K_SWEEP, specdec={"method": "draft", "adaptive": False}),
+    Entry("plugin-vocab", "plugin", (4,), specdec={"method": "draft", "adaptive": False,
+                                                   "draft_vocab": "{draft}/draft_vocab.json"}),
+    # The default: hybrid + adaptive. Ceilings 4-32: the sweep that set tuning.K_CEILING.
     Entry("plugin-hybrid-adaptive", "plugin", (4, 8, 16, 32),
           specdec={"method": "hybrid", "adaptive": True}),
-    # The same without the step plan (drafts verified as proposed beside prefills,
-    # first tokens after the draft round): the step plan's before/after in one run.
-    Entry("plugin-hybrid-adaptive-noplan", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "step_plan": False}),
-    # The step plan with no verify tokens beside a prefill (ttft_slack 0) against the
-    # default: what the allowance costs the first token and buys in throughput.
-    Entry("plugin-hybrid-adaptive-ttft0", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "ttft_slack": 0.0}),
-    # ttft_slack 0.025 explicitly (the default since 2026-11-30; it was 0.05), for sweeps
-    # that run it beside other values: the arrival step and the prefill step then add at
-    # most 5 % of a prefill step to a first token.
-    Entry("plugin-hybrid-adaptive-ttft025", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "ttft_slack": 0.025}),
-    # Without arrival_cap (the step after a request finished verifies every draft)
-    # against the default: what capping the step a closed loop's next request waits
-    # for buys in first token and costs in throughput.
-    Entry("plugin-hybrid-adaptive-noarrival", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "arrival_cap": False}),
-    # With prefill_split (bunched arrivals admitted one step at a time; the default
-    # admits every waiting prompt vLLM's budget holds): what it moves from the first
-    # token to the decode of the prompt admitted first.
-    Entry("plugin-hybrid-adaptive-split", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "prefill_split": True}),
-    # The same without the per-request bound (row_slack 1000: the batch's mean alone
-    # decides): what protecting every request's TPOT costs, in one run.
-    Entry("plugin-hybrid-adaptive-meanonly", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "row_slack": 1000.0}),
-    # row_slack 0.2 (the default until 2026-11-29), 0.05 (until 2026-11-30) and 0.1,
-    # explicitly, for sweeps that run them beside each other.
-    Entry("plugin-hybrid-adaptive-slack20", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.2}),
-    Entry("plugin-hybrid-adaptive-slack05", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.05}),
-    Entry("plugin-hybrid-adaptive-slack10", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.1}),
-    # row_slack 0.02 (today's default, explicitly): the per-request bound at the TPOT p50
-    # target (1.02x) itself.
-    Entry("plugin-hybrid-adaptive-slack02", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "row_slack": 0.02}),
-    # step_min_gain 0.1 against the default: a verifying step must be predicted 10 %
-    # faster per token over all its rows, not 2 % (what the marginal steps cost the
-    # rows that draft nothing, in TPOT p50, against what they add to throughput).
-    Entry("plugin-hybrid-adaptive-gain10", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "step_min_gain": 0.1}),
+    # Looser latency limits: what holding every request's time per token and first
+    # token costs in throughput, in one run.
+    Entry("plugin-hybrid-adaptive-tpot110", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "tpot_limit": 1.10}),
+    Entry("plugin-hybrid-adaptive-unbounded", "plugin", (8,),
+          specdec={"method": "hybrid", "adaptive": True, "tpot_limit": 100.0,
+                   "ttft_limit": 100.0}),
     # The draft proposes only from the pair's draft_vocab.json (the real pair ships one:
     # 16,384 of 49,152 ids), so its head computes a third of the logits.
     Entry("plugin-hybrid-adaptive-vocab", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "draft_vocab": "{draft}/draft_vocab.json"}),
-    Entry("plugin-vocab", "plugin", (4,), specdec={"draft_vocab": "{draft}/draft_vocab.json"}),
-    # The n-gram stage without its confidence threshold (ngram_min_prob 0: drafts up
-    # to k whatever the followers' frequencies): what the threshold does, in one run.
-    Entry("plugin-hybrid-adaptive-p0", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "ngram_min_prob": 0.0}),
-    # The n-gram stage keyed on up to 8 tokens of context (default 4): the replay on
-    # the bench pair's unique code accepted 4 % more a round (2026-11-30), served here.
-    Entry("plugin-hybrid-adaptive-n8", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "ngram_max_n": 8}),
-    # Without the host gate (every step planned, as before 2026-11-30): against the
-    # default, what skipping planning where it does not pay its host time buys under load.
-    Entry("plugin-hybrid-adaptive-nogate", "plugin", (8,),
-          specdec={"method": "hybrid", "adaptive": True, "host_gate": False}),
-    # Adaptive n-gram drafting alone (no draft model, so no draft prefill or draft
-    # rounds): against hybrid, what the draft model costs and buys under load.
-    Entry("plugin-ngram-adaptive", "plugin-nodraft", (8,),
-          specdec={"method": "ngram", "adaptive": True}),
-    # The plugin's floor: n-gram drafting that never drafts (no follower reaches a
-    # confidence of 1), adaptive, no draft model. Every step runs the proposer's
-    # planning and verifies nothing: what the machinery costs where speculation can't pay.
-    Entry("plugin-floor", "plugin-nodraft", (8,),
-          specdec={"method": "ngram", "adaptive": True, "ngram_min_prob": 1.0}),
-    # The floor with prefill_split on: against the floor, what admitting prompts one
-    # step at a time costs when nothing is drafted.
-    Entry("plugin-floor-split", "plugin-nodraft", (8,),
-          specdec={"method": "ngram", "adaptive": True, "ngram_min_prob": 1.0,
-                   "prefill_split": True}),
+    # Adaptive n-gram drafting alone (no draft model): against hybrid, what the draft
+    # model costs and buys.
+    Entry("plugin-ngram-adaptive", "plugin-nodraft", (8,), specdec={"method": "ngram"}),
     # One corpus and one set of acceptance statistics for every request (single
     # tenant): against the default per-salt scope it prices tenant isolation.
     Entry("plugin-hybrid-adaptive-global", "plugin", (8,),
           specdec={"method": "hybrid", "adaptive": True, "ngram_corpus_scope": "global"}),
+    # The plugin as of PLUGIN_BEFORE with that commit's plugin-hybrid-adaptive options
+    # (its own defaults for the rest): kept apart, so edits to today's entries or option
+    # names leave it as it was.
+    Entry("plugin-before-hybrid-adaptive", "plugin-before", (8,),
+          specdec={"method": "hybrid", "adaptive": True}),
 ]
 
 QUICK_CONFIGS = ("nospec", "draft_model-k4", "ngram-k4", "plugin-k2", "plugin-k4")
@@ -205,9 +163,15 @@ class BenchConfig:
         """Environment its engine process needs on top of the harness's own:
         VLLM_PLUGINS, and PYTHONPATH for packages kept outside the project venv."""
         env = {"VLLM_PLUGINS": self.vllm_plugins}
-        site = METHODS[self.method].extra_site
+        site, commit = METHODS[self.method].extra_site, METHODS[self.method].commit
+        frozen = os.environ.get(PLUGIN_COMMIT_ENV)
+        if frozen and not site and METHODS[self.method].kind == "plugin":
+            # the plugin as of one commit, so that the tree may change during a run
+            site, commit = f".cache/plugin-{frozen[:7]}/site", frozen
         if site:
             path = repo / site
+            if commit and not path.is_dir():
+                export_package(repo, commit, path)
             if not path.is_dir():
                 raise FileNotFoundError(f"{self.name} needs {path}, which is missing. "
                                         f"Fix: run `bash scripts/install_suffix.sh` first.")
@@ -242,6 +206,18 @@ class BenchConfig:
             raise ValueError(kind)
         spec.update(dict(self.spec_extra))
         return spec
+
+
+def export_package(repo: Path, commit: str, site: Path) -> None:
+    """``vllm_specdec_plugin`` as of ``commit`` into ``site`` (``git archive``), through a
+    temporary folder so that an interrupted export leaves nothing."""
+    tmp = site.with_name(site.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    tar = subprocess.run(["git", "-C", str(repo), "archive", commit, "vllm_specdec_plugin"],
+                         check=True, stdout=subprocess.PIPE).stdout
+    subprocess.run(["tar", "-x", "-C", str(tmp)], input=tar, check=True)
+    tmp.rename(site)
 
 
 def expand(table: list[Entry] | None = None) -> list[BenchConfig]:

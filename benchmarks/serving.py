@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import fnmatch
 import json
 import os
 import random
@@ -68,10 +69,18 @@ WORKLOADS_DEFAULT = "sharegpt,mixed,chat"
 CONTENDED_CPUS = 0.25
 
 
+def serves(name: str, load: Load, only_at: list) -> bool:
+    """Whether configuration ``name`` runs the cells of ``load`` (``--only-at``)."""
+    return all([load.kind, load.value] in at for globs, at in only_at
+               if any(fnmatch.fnmatchcase(name, g) for g in globs))
+
+
 def run(args: argparse.Namespace) -> dict:
     from specdec_fixtures import ensure_pair
 
     configs = select(expand(), args.configs)
+    for globs, _ in args.only_at:
+        select(configs, globs)   # a glob that names no configuration of the run is an error
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     dataset = out / "mixed.jsonl"
@@ -148,6 +157,7 @@ def run(args: argparse.Namespace) -> dict:
                                          _lengths(n))
                 order = list(servers)
                 rng.shuffle(order)
+                order = [s for s in order if serves(s.name, load, args.only_at)]
                 for s in order:
                     meter.wait_quiet(args.wait_quiet_s)
                     mark, client0 = meter.start(), _children_cpu_s()
@@ -190,6 +200,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--pair", default=None,
                     help="model pair: bench (default), nopay, smol (real weights), ci (default with --smoke)")
     ap.add_argument("--configs", default=None, help="comma-separated table names (nospec always)")
+    ap.add_argument("--only-at", action="append", default=[], metavar="CONFIGS=LOADS",
+                    help="serve the configurations these globs name only at these loads "
+                         "(cN: concurrency N, rX: X req/s), e.g. 'ngram-k4,draft_model-k4=c1'; "
+                         "repeatable")
     ap.add_argument("--workloads", default=WORKLOADS_DEFAULT,
                     help=f"comma-separated, of {list(WORKLOADS)}; "
                          f"{list(serving_report.REPLAYED)} are replays")
@@ -216,8 +230,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--start-timeout", type=float, default=900)
     ap.add_argument("--cell-timeout", type=float, default=1800)
     ap.add_argument("--wait-quiet-s", type=float, default=30)
+    ap.add_argument("--plugin-commit", default=None, metavar="REV",
+                    help="serve the plugin configurations from the package as of REV (exported "
+                         "to .cache/plugin-SHA), so the working tree may change during the run")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
+    if a.plugin_commit:
+        import subprocess
+
+        from benchmarks.configs import PLUGIN_COMMIT_ENV
+
+        os.environ[PLUGIN_COMMIT_ENV] = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--verify", a.plugin_commit + "^{commit}"],
+            check=True, capture_output=True, text=True).stdout.strip()
     d = SMOKE if a.smoke else FULL
     a.pair = a.pair or ("ci" if a.smoke else "bench")
     a.eager = a.eager or a.smoke
@@ -229,6 +254,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.concurrency = ([int(x) for x in a.concurrency.split(",") if x] if a.concurrency is not None
                      else d["concurrency"])
     a.rates = ([float(x) for x in a.rates.split(",") if x] if a.rates is not None else d["rates"])
+    kinds = {"c": "max_concurrency", "r": "request_rate"}
+    try:   # [[globs], [[kind, value], ...]] per --only-at (JSON-friendly, for serving.json)
+        a.only_at = [[globs.split(","), [[kinds[x[0]], float(x[1:])] for x in loads.split(",")]]
+                     for globs, loads in (o.split("=") for o in a.only_at)]
+    except (KeyError, ValueError, IndexError):
+        ap.error("--only-at takes CONFIGS=LOADS, e.g. 'ngram-k4,draft_model-k4=c1' or 'suffix-*=c1,r2'")
     if not a.concurrency and not a.rates:
         ap.error("no load: give --concurrency or --rates (e.g. --concurrency 8 or --rates 0.5)")
     a.reps = a.reps or d["reps"]
