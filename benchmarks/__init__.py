@@ -1,5 +1,2 @@
-"""Benchmark suite: vLLM without speculation vs in-tree draft_model / ngram vs the plugin.
-
-Entry point ``python -m benchmarks.run``; see benchmarks/README.md. ``analytic`` and
-``stats`` are pure Python (no vLLM import) and unit-tested.
-"""
+"""The serving benchmark: ``python -m benchmarks.serving`` (benchmarks/README.md), and
+``python -m benchmarks.step_log`` over its servers' step logs."""

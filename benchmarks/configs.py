@@ -1,11 +1,11 @@
-"""What is benchmarked: the configuration table and the workload table.
+"""What the serving benchmark serves: the configuration table.
 
-A configuration is one engine: a speculative method, k, and extra options. The
+A configuration is one ``vllm serve``: a speculative method, k, and extra options. The
 table below is the only place to edit when a method or plugin mode is added; a
 new plugin mode is one ``Entry`` line (its options go to the plugin's ``specdec``
 section, the same keys as ``SpecDecConfig``)::
 
-    Entry("plugin-adaptive", "plugin", K_SWEEP, specdec={"adaptive_k": True}),
+    Entry("plugin-fixed", "plugin", K_SWEEP, specdec={"adaptive": False}),
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ K_SWEEP = (2, 4, 6)
 # or None (= load every general plugin) when unset. "" therefore becomes [""], an
 # allow-list that matches no entry point: nothing is loaded, not even vLLM's own
 # LoRA resolvers. "specdec" loads this plugin only. So the two sets differ by
-# exactly our plugin; run.py verifies it per engine via SPECDEC_REGISTER_TRACE.
+# exactly our plugin.
 PLUGINS_NONE = ""
 PLUGINS_SPECDEC = "specdec"
 # The configuration every speedup is paired against.
@@ -133,9 +133,6 @@ TABLE: list[Entry] = [
           specdec={"method": "hybrid", "adaptive": True}),
 ]
 
-QUICK_CONFIGS = ("nospec", "draft_model-k4", "ngram-k4", "plugin-k2", "plugin-k4")
-
-
 @dataclass(frozen=True)
 class BenchConfig:
     """One engine configuration (a row of the table at one k)."""
@@ -180,7 +177,7 @@ class BenchConfig:
         return env
 
     def speculative_config(self, draft: str | None) -> dict | None:
-        """The ``speculative_config`` for ``vllm.LLM`` (None without speculation)."""
+        """The ``--speculative-config`` of its server (None without speculation)."""
         kind = METHODS[self.method].kind
         if kind == "none":
             return None
@@ -251,33 +248,3 @@ def select(configs: list[BenchConfig], patterns: list[str] | None) -> list[Bench
         raise ValueError(f"no configuration matches {unknown}; have {[c.name for c in configs]}")
     return chosen
 
-
-# ------------------------------------------------------------------- workloads
-
-@dataclass(frozen=True)
-class Workload:
-    """A prompt set, how many of its prompts, and how many run at once.
-
-    batch_size < num_prompts means the prompts run in consecutive batches (the
-    engine sees ``batch_size`` requests at a time).
-    """
-
-    name: str
-    prompt_set: str             # a file benchmarks/prompts/<prompt_set>.txt
-    num_prompts: int
-    batch_size: int
-    note: str = ""
-
-
-WORKLOADS: dict[str, Workload] = {w.name: w for w in [
-    Workload("single", "general", 1, 1, "one request alone (latency-bound)"),
-    Workload("batch8", "general", 8, 8, "8 concurrent requests"),
-    Workload("batch32", "general", 32, 32, "32 concurrent requests"),
-    Workload("repetitive", "repetitive", 4, 1,
-             "code continuation of a repeated pattern, one request at a time (n-gram territory)"),
-    Workload("novel", "novel", 4, 1, "English prose outside the training corpus, one at a time"),
-    Workload("mixed1", "mixed", 8, 1, "half repetitive code, half novel prose, one at a time"),
-    Workload("mixed8", "mixed", 8, 8, "half repetitive code, half novel prose, 8 at once"),
-]}
-QUICK_WORKLOADS = ("single", "batch8", "repetitive")
-TEMPERATURES = (0.0, 0.8)

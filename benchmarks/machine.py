@@ -1,5 +1,5 @@
-"""What the results depend on besides the code: versions, commit, machine, threads,
-environment, and whether anyone else was computing while we measured."""
+"""What the results depend on besides the code: versions, commit, machine, and whether
+anyone else was computing while we measured."""
 
 from __future__ import annotations
 
@@ -12,12 +12,6 @@ from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-
-# Environment variables that change what an engine does or how fast it runs.
-ENV_PREFIXES = ("VLLM_", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH_", "HF_", "TRANSFORMERS_",
-                "CUDA_", "SPECDEC_")
-THREAD_ENV = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU", "OMP_NUM_THREADS",
-              "MKL_NUM_THREADS", "KMP_AFFINITY", "OMP_PROC_BIND", "OMP_PLACES")
 
 
 def git_info(repo: Path = REPO) -> dict:
@@ -54,10 +48,6 @@ def _meminfo() -> dict:
     except OSError:
         pass
     return out
-
-
-def mem_available_gib() -> float:
-    return _meminfo().get("MemAvailable", 0) / 2**30
 
 
 # CPU features that change vLLM's speed on CPU several-fold, recorded with every run:
@@ -100,16 +90,6 @@ def machine_info() -> dict:
     }
 
 
-def relevant_env(env: dict | None = None) -> dict:
-    env = os.environ if env is None else env
-    return {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)}
-
-
-def thread_settings() -> dict:
-    """The parent's view; each engine's own threads and pinning are recorded per engine."""
-    return {k: os.environ.get(k) for k in THREAD_ENV}
-
-
 # ------------------------------------------------- other work on the machine
 
 def _cpu_ticks(pid: int) -> int:
@@ -127,28 +107,6 @@ def _machine_busy_ticks() -> int:
         return sum(f[:8]) - f[3] - f[4]   # user..steal minus idle, iowait
     except (OSError, ValueError, IndexError):
         return 0
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def other_vllm_processes(mine: set[int]) -> list[str]:
-    """Command lines of processes that look like vLLM engines and are not ours (for logs)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) not in mine:
-            try:
-                comm = (d / "comm").read_text().strip()
-            except OSError:
-                continue
-            cmd = _cmdline(int(d.name))
-            if comm.startswith("VLLM") or "vllm" in cmd.lower():
-                out.append(f"{d.name} {comm} {cmd[:120]}")
-    return out
 
 
 class ForeignLoad:

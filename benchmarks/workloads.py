@@ -1,4 +1,4 @@
-"""Shipped prompt sets and their tokenization.
+"""The serving benchmark's prompts: the shipped prompt set, held-out code, ShareGPT.
 
 Prompt files live in ``benchmarks/prompts/<set>.txt``: records separated by lines
 that hold exactly ``%%%%``; the first record is a header (not a prompt); a prompt is
@@ -7,12 +7,8 @@ its record verbatim, without the newline before the next separator.
 
 from __future__ import annotations
 
-import hashlib
 import random
-from dataclasses import dataclass
 from pathlib import Path
-
-from benchmarks.configs import Workload
 
 PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
 SEPARATOR = "\n%%%%\n"
@@ -25,49 +21,6 @@ def load_prompt_set(name: str, prompt_dir: Path = PROMPT_DIR) -> list[str]:
     if not prompts or any(not p.strip() for p in prompts):
         raise ValueError(f"prompt set {name!r} has an empty prompt or none at all")
     return prompts
-
-
-@dataclass
-class TokenizedWorkload:
-    """A workload's token-id prompts, ready for the engine worker."""
-
-    workload: Workload
-    prompts: list[list[int]]
-    truncated: int              # prompts cut to fit max_model_len (kept their tail)
-    digest: str                 # sha256 of the token ids: same digest, same input
-
-    def describe(self) -> dict:
-        lens = [len(p) for p in self.prompts]
-        return {"name": self.workload.name, "prompt_set": self.workload.prompt_set,
-                "num_prompts": len(self.prompts), "batch_size": self.workload.batch_size,
-                "note": self.workload.note, "prompt_tokens_min": min(lens),
-                "prompt_tokens_max": max(lens), "prompt_tokens_mean": sum(lens) / len(lens),
-                "truncated": self.truncated, "token_digest": self.digest}
-
-
-def tokenize_workloads(workloads: list[Workload], tokenizer_dir: str, max_prompt_tokens: int,
-                       prompt_dir: Path = PROMPT_DIR) -> dict[str, TokenizedWorkload]:
-    """Tokenize each workload's prompts with the target's tokenizer (special tokens as
-    the tokenizer adds them, e.g. BOS). Prompts longer than ``max_prompt_tokens`` keep
-    their last tokens: the end is what the continuation depends on."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    out = {}
-    for w in workloads:
-        texts = load_prompt_set(w.prompt_set, prompt_dir)
-        if w.num_prompts > len(texts):
-            raise ValueError(f"workload {w.name} needs {w.num_prompts} prompts; "
-                             f"{w.prompt_set}.txt has {len(texts)}")
-        ids, cut = [], 0
-        for t in texts[: w.num_prompts]:
-            p = list(tok(t).input_ids)
-            if len(p) > max_prompt_tokens:
-                p, cut = p[-max_prompt_tokens:], cut + 1
-            ids.append(p)
-        digest = hashlib.sha256(repr(ids).encode()).hexdigest()[:16]
-        out[w.name] = TokenizedWorkload(w, ids, cut, digest)
-    return out
 
 
 def unique_code_prompts(max_lines: int = 20, max_chars: int = 800,

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Build the plugin's wheel, install it into a clean venv next to vLLM, and check what
 # a production `pip install` gets: the vllm.general_plugins entry point loads and
-# registers with vLLM, and no test-only code (fixture builder, engine-job helpers) is
-# inside. Prints the wheel's size. Needs .venv (scripts/setup.sh) for vLLM itself.
+# registers with vLLM; every shipped preset loads by name; the licence is inside; no
+# test-only code (fixture builder, engine-job helpers, the rejection reference, the
+# standalone and introspection helpers) is. Prints the wheel's size. Needs .venv
+# (scripts/setup.sh) for vLLM itself.
 #
 # The clean venv reaches vLLM through a .pth line naming .venv's site-packages: sys.path
 # gets that folder, but its own .pth files (the editable install of this checkout) are
@@ -27,6 +29,7 @@ cd "$tmp"  # not the checkout: nothing may import from the source tree
 import importlib.metadata as md
 import sys
 import zipfile
+from pathlib import Path
 
 wheel, site_new = sys.argv[1], sys.argv[2]
 names = zipfile.ZipFile(wheel).namelist()
@@ -37,9 +40,24 @@ test_only = [n for n in names if n.startswith(("vllm_specdec_plugin/fixtures/",
                                                "specdec_fixtures/", "specdec_testing/",
                                                "tests/", "benchmarks/"))]
 assert not test_only, f"test-only files in the wheel: {test_only[:10]}"
+# test-only modules that once lived in the package (now under specdec_testing/)
+moved = {f"vllm_specdec_plugin/{m}.py" for m in ("rejection_reference", "compat/introspect",
+                                                 "compat/standalone", "compat/step_timers")}
+assert not moved & set(names), f"test-only modules in the wheel: {sorted(moved & set(names))}"
+assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "no LICENSE in the wheel"
 import vllm_specdec_plugin as plugin
 
 assert plugin.__file__.startswith(site_new), f"imported {plugin.__file__}, not the wheel's"
+from vllm_specdec_plugin.config import SHIPPED, load_preset, merge_sources
+
+presets = sorted(n.rsplit("/", 1)[1].removesuffix(".yaml") for n in names
+                 if n.startswith("vllm_specdec_plugin/configs/") and n.endswith(".yaml"))
+assert presets, "no preset in the wheel"
+assert SHIPPED.is_relative_to(Path(site_new).resolve()), f"presets read from {SHIPPED}, not the wheel's"
+for name in presets:  # by name, as users pass them: "preset": "NAME"
+    options = load_preset(name)
+    cfg = merge_sources(8, {"preset": name})
+    assert cfg.preset == name and all(getattr(cfg, k) == v for k, v in options.items()), name
 eps = [ep for ep in md.entry_points(group="vllm.general_plugins") if ep.name == "specdec"]
 assert eps, "no vllm.general_plugins entry point 'specdec'"
 register = eps[0].load()
@@ -47,5 +65,5 @@ register()  # checks the vLLM version and installs the pass-through wrappers
 import vllm
 
 print(f"[wheel] entry point {eps[0].value} loads and registers with vLLM {vllm.__version__}; "
-      f"{len(names)} files, no test-only module")
+      f"presets {presets} load by name; {len(names)} files, a LICENSE, no test-only module")
 EOF

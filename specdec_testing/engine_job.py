@@ -110,7 +110,7 @@ def main(job_path: str, out_path: str) -> None:
                                  "spec_decode": sd.to_dict() if sd is not None else None})
         timings[job["name"]] = time.perf_counter() - t1
         results[job["name"]] = outs
-    from vllm_specdec_plugin.compat.introspect import flush_finished, proposer_snapshot
+    from specdec_testing.introspect import flush_finished, proposer_snapshot
 
     flush_finished(llm)
 

@@ -26,15 +26,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def register() -> None:
-    """vLLM general-plugin entry point (group ``vllm.general_plugins``).
-
-    vLLM calls this once per process (API server, EngineCore, workers) before the
-    model runner is built. It is idempotent and cheap: it checks the vLLM version and
-    installs the ``frontend``, ``config`` and ``engine`` rows of ``compat.patches``,
-    pass-through wrappers that act only when our proposer is configured. The
-    ``worker`` rows are installed later, and only when our proposer is actually
-    constructed, so an installed but unselected plugin changes nothing.
-    """
+    """vLLM general-plugin entry point (group ``vllm.general_plugins``), called once per
+    process before the model runner is built. Idempotent and cheap: checks the vLLM
+    version and installs the ``frontend``, ``config`` and ``engine`` rows of
+    ``compat.patches`` (pass-throughs unless our proposer is configured); the ``worker``
+    rows come only with our proposer, so an unselected plugin changes nothing."""
     global _registered
     if _registered:
         return
@@ -50,10 +46,7 @@ def register() -> None:
 
 
 def _trace_registration() -> None:
-    """Append one JSON line per process to $SPECDEC_REGISTER_TRACE, if set.
-
-    Lets tests and operators see in which processes the plugin was loaded.
-    """
+    """One JSON line per process to $SPECDEC_REGISTER_TRACE, if set (where it loaded)."""
     path = os.environ.get("SPECDEC_REGISTER_TRACE")
     if not path:
         return

@@ -1,11 +1,11 @@
 """The plugin's configuration: one validated dataclass, fed from three sources.
 
-Precedence (later wins): a YAML preset (``preset: NAME``: a shipped one in
-``vllm_specdec_plugin/configs/``, or a path) < ``--additional-config '{"specdec":
-{...}}'`` < ``--speculative-config`` key ``draft_load_config.model_loader_extra_config.
-specdec``. ``k`` itself is vLLM's ``num_speculative_tokens``. Keys map one to one onto
-the fields below. A preset holds option: value pairs, at the top or under ``specdec:``;
-``draft_model`` and ``draft_vocab`` may use ``$VARS`` and be relative to the preset file.
+Precedence (later wins): a YAML preset (``preset: NAME``, shipped in ``configs/``, or a
+path) < ``--additional-config '{"specdec": {...}}'`` < ``--speculative-config`` key
+``draft_load_config.model_loader_extra_config.specdec``; k is vLLM's
+``num_speculative_tokens``. Keys are the fields below. A preset holds option: value
+pairs, at the top or under ``specdec:``; its ``draft_model`` and ``draft_vocab`` may use
+``$VARS`` and be relative to it.
 """
 
 from __future__ import annotations
@@ -263,7 +263,6 @@ def load_preset(ref: str) -> dict[str, Any]:
     if "preset" in data:
         raise SpecDecConfigError(
             f"preset {path} may not name another preset. Fix: copy its options instead.")
-    # Paths in a preset may use $VARS and be relative to the preset file.
     for key in ("draft_model", "draft_vocab"):
         ref = data.get(key)
         if isinstance(ref, str) and ref:

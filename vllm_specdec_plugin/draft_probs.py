@@ -1,11 +1,7 @@
-"""The q channel: the draft distributions of one round, in the form vLLM's (and our)
-rejection sampler reads at the next step: [rows, K, V] float32 on the target's device,
-one row per drafted request.
-
-Every drafted row needs an entry: vLLM drops the whole batch's q if one drafted
-request is missing. Rows drafted greedily (greedy requests in a mixed batch, n-gram
-drafts) are point masses. Sampled rows take q straight from the draft sampler's
-device buffer; a round with every row sampled hands over that buffer itself.
+"""The q channel: one round's draft distributions as the rejection sampler reads them at
+the next step, [rows, K, V] float32 on the target's device, a row per drafted request
+(vLLM drops the batch's q if one is missing). Greedy and n-gram rows are point masses;
+sampled rows take q from the draft sampler's buffer (all sampled: the buffer itself).
 """
 
 from __future__ import annotations
@@ -18,12 +14,9 @@ import torch
 def build(sampled_rows: Sequence[int], q: torch.Tensor | None,
           drafts: Sequence[Sequence[int]], vocab_size: int,
           device: torch.device) -> torch.Tensor | None:
-    """q for every drafted row, or None when no row was sampled (all point masses:
-    the rejection sampler treats a missing q exactly so).
-
-    sampled_rows: indices (into ``drafts``) of rows drafted from q; q [S, >=k, V] holds
-      them in that order. drafts: every drafted row's draft tokens, in channel order.
-    """
+    """q for every drafted row, None when none was sampled (a missing q is all point
+    masses). sampled_rows: indices into ``drafts`` (every drafted row's tokens, in
+    channel order) of the rows drafted from q, which q [S, >=k, V] holds in that order."""
     if not sampled_rows or q is None:
         return None
     k = max(len(d) for d in drafts)

@@ -28,10 +28,8 @@ from vllm_specdec_plugin.config import PROPOSER_PREFIX as PLUGIN_MARKER
 
 
 def serve_argv_names_plugin(argv: list[str]) -> bool:
-    """True when `vllm serve` arguments (or a --config YAML they name) mention our proposer.
-
-    A text scan of the command line, before anything is parsed; the parsed-config
-    predicate is ``config.selects_plugin``."""
+    """`vllm serve` arguments (or a --config YAML they name) mention our proposer: a text
+    scan before anything is parsed (the parsed-config predicate: ``config.selects_plugin``)."""
     if "serve" not in argv:
         return False
     for i, arg in enumerate(argv):

@@ -1,16 +1,11 @@
 """The plugin's Prometheus metrics (``specdec_*``), recorded in the worker process.
 
-They reach ``vllm serve``'s ``/metrics`` through prometheus_client's multiprocess mode:
-every process writes its samples to files in ``$PROMETHEUS_MULTIPROC_DIR`` and vLLM's
-``/metrics`` handler aggregates the folder. Our ``vllm`` launcher sets that variable
-when the command line selects this plugin (see ``launcher.py``); without it the
-samples stay in the worker's private registry (offline ``LLM``: harmless).
-
-Names follow Prometheus conventions (unit suffix, ``_total`` for counters) and carry a
-``model_name`` label equal to vLLM's, so the dashboard can join the two. vLLM drops
-collectors whose names start with ``vllm:``, hence the ``specdec_`` prefix.
-
-This module imports prometheus_client only (a vLLM dependency), never vLLM itself.
+They reach ``vllm serve``'s ``/metrics`` through prometheus_client's multiprocess mode
+(samples in files under ``$PROMETHEUS_MULTIPROC_DIR``, which vLLM's handler aggregates;
+our ``vllm`` launcher sets it when the command line selects the plugin). Names follow
+Prometheus conventions and carry vLLM's ``model_name`` label, so the dashboard joins the
+two; vLLM drops collectors named ``vllm:*``, hence ``specdec_``. Imports
+prometheus_client only (a vLLM dependency), never vLLM.
 """
 
 from __future__ import annotations
@@ -166,8 +161,8 @@ class ProposerMetrics:
 
     def step_done(self, ks: Iterable[int], no_draft: Mapping[str, int],
                   rounds: Mapping[str, int], backed_off: int) -> None:
-        """One propose() step: the k of each drafting row, rows without drafts by
-        reason (each a k = 0), rounds by source, and requests backed off."""
+        """One propose() step: each drafting row's k, rows without drafts by reason (k = 0),
+        rounds by source, and requests backed off."""
         counts = Counter(ks)
         for reason, n in no_draft.items():
             self.no_draft(reason, n)
@@ -185,11 +180,10 @@ class ProposerMetrics:
 def observe_many(hist, value: float, n: int) -> None:
     """``n`` observations of ``value`` in a bound Histogram, as ``n`` ``observe`` calls.
 
-    Why: a step observes one k per row, and in multiprocess mode every observe writes
-    two mmap values; at c = 16 that was 7 % of propose()'s profiled host time.
-    How: one increment of the value's bucket by n and of the sum by n·value, through
-    prometheus_client's private ``_buckets``/``_upper_bounds``/``_sum`` (0.26);
-    ``tests/unit/test_observability_units.py`` checks the samples equal n observes.
+    Why: a step observes one k per row, and in multiprocess mode each observe writes two
+    mmap values (7 % of propose()'s host time at c = 16). How: one increment of the
+    bucket by n and of the sum by n·value, through prometheus_client's private
+    ``_buckets``/``_upper_bounds``/``_sum`` (0.26; tested against n observes).
     Remove when: prometheus_client can observe a value n times."""
     if n <= 0:
         return

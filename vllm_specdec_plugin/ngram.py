@@ -1,10 +1,7 @@
-"""Draft-free n-gram ("prompt lookup") proposer core: pure Python + numpy, no vllm/torch.
-
-:class:`NGramIndex` indexes one request's own history; ``ngram_corpus.CorpusIndex``
-(the same rules over finished requests' histories) uses this module's follower counts.
-
-Given one request's token history (prompt + generated tokens) it proposes up to ``k``
-draft token ids. Semantics, shared by :class:`NGramIndex` and :func:`propose_reference`:
+"""Draft-free n-gram ("prompt lookup") drafts over one request's own history (prompt +
+output): pure Python + numpy. ``ngram_corpus`` applies the same rules to finished
+requests. Up to ``k`` drafts, by these rules (``NGramIndex``; ``propose_reference`` is
+the brute-force specification):
 
 * History of length ``L``; context ``c`` = history + the drafts so far, length ``m``.
   The suffix of length ``n`` is ``c[m-n:m]``, tried for ``n = max_n .. min_n`` (longest
@@ -43,28 +40,21 @@ Followers = dict[int, int]  # following token -> occurrences
 
 @dataclass(frozen=True, slots=True)
 class NGramConfig:
-    """Matching parameters. All lengths are in tokens."""
+    """Matching parameters (lengths in tokens; the module's rules)."""
 
-    max_n: int = NGRAM_MAX_N
-    """Longest suffix n-gram tried first."""
-    min_n: int = NGRAM_MIN_N
-    """Shortest suffix n-gram accepted; below it the draft stops."""
-    window: int = NGRAM_WINDOW
-    """Only n-grams starting in the last ``window`` tokens of the history are matched."""
-    min_prob: float = NGRAM_MIN_PROB
-    """The chain stops before its confidence product would fall below this (0: never)."""
+    max_n: int = NGRAM_MAX_N        # longest suffix tried first
+    min_n: int = NGRAM_MIN_N        # shortest suffix accepted
+    window: int = NGRAM_WINDOW      # n-grams must start in the history's last ``window`` tokens
+    min_prob: float = NGRAM_MIN_PROB  # the chain's least confidence product (0: no limit)
 
     def __post_init__(self) -> None:
         if not (self.max_n >= self.min_n >= 1):
             raise ValueError(
-                f"ngram max_n must be >= min_n >= 1; got max_n={self.max_n}, min_n={self.min_n}"
-            )
-        # An n-gram plus its following token must fit, else max_n could never match.
-        if self.window <= self.max_n:
+                f"ngram max_n must be >= min_n >= 1; got max_n={self.max_n}, min_n={self.min_n}")
+        if self.window <= self.max_n:  # an n-gram and its follower must fit
             raise ValueError(
                 f"ngram window must be > max_n (set window >= {self.max_n + 1} or lower "
-                f"max_n); got window={self.window}, max_n={self.max_n}"
-            )
+                f"max_n); got window={self.window}, max_n={self.max_n}")
         check_prob(self.min_prob)
 
 
@@ -99,10 +89,9 @@ def choose(followers: Followers, recent: int, prior: float | None = None) -> tup
 
 def count_in(table: dict[tuple[int, ...], Followers], key: tuple[int, ...], tok: int,
          prev_tok: int | None) -> None:
-    """Count one more occurrence of ``key`` followed by ``tok``. Counts are kept only
-    for n-grams seen at least twice: ``prev_tok`` is the follower of the key's one
-    uncounted occurrence (its last start) when the key has no entry yet, else None
-    (a first occurrence: nothing is stored, the last start stands for it)."""
+    """Count one more occurrence of ``key`` followed by ``tok``, only for n-grams seen at
+    least twice: ``prev_tok`` is the follower of the key's one uncounted occurrence (its
+    last start) when the key has no entry yet; None for a first occurrence."""
     f = table.get(key)
     if f is not None:
         f[tok] = f.get(tok, 0) + 1
@@ -112,8 +101,7 @@ def count_in(table: dict[tuple[int, ...], Followers], key: tuple[int, ...], tok:
 
 def count_out(table: dict[tuple[int, ...], Followers], keys: Iterable[tuple[int, ...]],
                followers: Iterable[int]) -> None:
-    """One occurrence less of each (key, follower) pair; an n-gram without an entry
-    had one occurrence, which leaves with it."""
+    """One occurrence less of each (key, follower); an n-gram without an entry had one."""
     for key, tok in zip(keys, followers):
         f = table.get(key)
         if f is None:
@@ -143,10 +131,8 @@ def propose_reference(
     window: int = 1024,
     min_prob: float = NGRAM_MIN_PROB,
 ) -> list[int]:
-    """Brute-force O(k * max_n * window * n) scan; the specification NGramIndex must match.
-
-    ``history``: 1-D token ids, shape ``[L]``. Returns ``<= k`` draft token ids.
-    """
+    """Brute-force O(k * max_n * window * n) scan of ``history`` ([L] token ids): the
+    specification ``NGramIndex`` must match."""
     NGramConfig(max_n, min_n, window, min_prob)
     check_k(k)
     ctx = as_int_list(history)
@@ -176,14 +162,12 @@ def propose_reference(
 class NGramIndex:
     """Incremental n-gram index of one request's token history.
 
-    For each ``n`` in ``[min_n, max_n]`` keeps two dicts over n-grams whose following
-    token is known: ``n-gram -> last start position`` and ``n-gram -> {follower:
-    count}`` over the starts inside the window (starts that leave it are counted out
-    as the history grows), the latter only for n-grams seen there at least twice (most
-    are seen once: their last start says it, at no cost in memory). ``extend`` costs
-    O(max_n) dict updates per token; ``propose`` O(k * (max_n - min_n + 1)) lookups plus
-    a pass over each matched n-gram's distinct followers, independent of history length
-    and window.
+    Per ``n`` in ``[min_n, max_n]``, over n-grams whose follower is known: n-gram -> last
+    start, and n-gram -> {follower: count} over the starts inside the window (counted
+    out as they leave it), the latter only for n-grams seen there twice or more (once:
+    the last start says it). ``extend``: O(max_n) dict updates per token; ``propose``:
+    O(k * (max_n - min_n + 1)) lookups plus the matched n-grams' followers, whatever the
+    history length and window.
     """
 
     def __init__(
@@ -201,25 +185,22 @@ class NGramIndex:
         if history is not None:
             self.extend(history)
 
-    def __len__(self) -> int:
-        """Number of real (non-draft) tokens indexed."""
+    def __len__(self) -> int:  # real (non-draft) tokens indexed
         return len(self._tokens)
 
     @property
-    def tokens(self) -> list[int]:
-        """The indexed history (do not mutate; use ``extend``)."""
+    def tokens(self) -> list[int]:  # the indexed history (do not mutate; use ``extend``)
         return self._tokens
 
     def extend(self, tokens: Sequence[int] | np.ndarray | Iterable[int]) -> None:
-        """Append accepted tokens (1-D, shape ``[T]``) to the history and index them."""
+        """Append committed tokens ([T]) to the history and index them."""
         toks, new = self._tokens, as_int_list(tokens)
         if not new:
             return
         old = len(toks)
         toks.extend(new)
-        # Starts below ``cut`` are outside the window: counted out, or never counted in
-        # (a prompt longer than the window). _maps keeps them: a last start before the
-        # window means every start of that n-gram is before it.
+        # Starts below ``cut`` are outside the window: counted out, or never counted in.
+        # _maps keeps them: a last start before the window means all are before it.
         cut = max(self._cut, len(toks) - self.config.window)
         for n, d, f in zip(count(self.config.min_n), self._maps, self._follow):
             # starts [lo, hi) get their follower now; [self._cut, lo) had one before
@@ -239,8 +220,7 @@ class NGramIndex:
         self._cut = cut
 
     def longest_match(self) -> int:
-        """n of the match ``propose`` would start from (0: none): the longest suffix of
-        the history that occurs earlier inside the window."""
+        """n of the match ``propose`` would start from (0: none)."""
         cfg, toks = self.config, self._tokens
         m = len(toks)
         for n in range(min(cfg.max_n, m - 1), cfg.min_n - 1, -1):
@@ -250,12 +230,9 @@ class NGramIndex:
         return 0
 
     def propose(self, k: int) -> list[int]:
-        """Up to ``k`` chained draft token ids; never mutates the index.
-
-        Virtual (draft) tokens go into a small per-call overlay of n-gram dicts (last
-        start, follower counts), read on top of the real index: any overlay position
-        is more recent, and its counts add to the real ones.
-        """
+        """Up to ``k`` chained draft token ids, the index unchanged: draft tokens go into a
+        per-call overlay (last start, follower counts) read on top of it (more recent;
+        its counts add)."""
         check_k(k)
         cfg, toks, maps, follow = self.config, self._tokens, self._maps, self._follow
         min_n, max_n = cfg.min_n, cfg.max_n

@@ -1,9 +1,6 @@
-"""Cross-request n-gram index over finished requests' token histories: pure Python +
-numpy, no vllm/torch.
-
-Traffic that repeats earlier prompts or outputs drafts their continuation, as suffix
-decoding does. Draft rule, confidence and chaining are ``ngram``'s (module docstring);
-who shares one index is ``tenancy``'s.
+"""Cross-request n-gram index over finished requests' histories (pure Python + numpy):
+traffic that repeats earlier prompts or outputs drafts their continuation, as suffix
+decoding does. Rules: ``ngram``'s; who shares one index: ``tenancy``.
 """
 
 from __future__ import annotations
@@ -21,21 +18,15 @@ __all__ = ["CorpusIndex"]
 
 
 class CorpusIndex:
-    """Cross-request n-gram index over finished requests' token histories.
-
-    ``add`` stores one finished request's tokens (prompt + output). ``propose`` takes
-    a live request's context and, for ``n = MIN_LONG_N, max_n .. min_n`` (longest
-    first), looks up its last ``n`` tokens; the draft token is the most frequent
-    follower of that n-gram over the stored sequences (ties: the most recently added
-    occurrence's, else the smallest id), its confidence that frequency (with the
-    module's prior, none for the ``MIN_LONG_N`` key of a replay), and the chain
-    goes on from the context plus the drafts as :func:`propose_reference` does
-    (``min_prob``), for at most as many tokens as the match is long (as suffix
-    decoding's ``max_spec_factor`` 1: a one-token match drafts one token). Holds at
-    most ``max_tokens`` tokens: the oldest sequences are evicted first, with their
-    index entries and counts (memory stays bounded).
-    ``add`` costs O(max_n) dict updates per token, ``propose`` O(k * max_n) lookups
-    (and at most ``MAX_EXTEND`` comparisons).
+    """``add`` stores a finished request's tokens; ``propose`` looks up a live context's
+    last ``n`` tokens for ``n = MIN_LONG_N, max_n .. min_n`` (longest first) and drafts
+    the n-gram's most frequent follower over the stored sequences (ties: the most recent
+    occurrence's, else the smallest id), chained as ``ngram`` does (no prior for a
+    replay's ``MIN_LONG_N`` key), for at most as many tokens as the match is long (as
+    suffix decoding's ``max_spec_factor`` 1). At most ``max_tokens`` tokens are held,
+    the oldest sequences evicted first with their entries and counts. ``add``: O(max_n)
+    dict updates per token; ``propose``: O(k * max_n) lookups, <= ``MAX_EXTEND``
+    comparisons.
     """
 
     MAX_EXTEND = 64  # tokens: how far back a match's length is measured
@@ -52,9 +43,8 @@ class CorpusIndex:
         self._seqs: dict[int, list[int]] = {}  # id -> tokens, insertion order = age
         self._next_id = 0
         self._total = 0
-        # Key lengths, longest first: a long key (if longer than max_n) places a
-        # replayed context at its own earlier occurrence, where the most recent
-        # occurrence of a short n-gram may be a common phrase of another request.
+        # Key lengths, longest first: a long key places a replayed context at its own
+        # earlier occurrence, where a short n-gram's latest may be a common phrase.
         self._ns = ([self.MIN_LONG_N] if self.MIN_LONG_N > max_n else []) + \
             list(range(max_n, min_n - 1, -1))
         # _maps[i]: n-gram of length _ns[i] -> (sequence id, start), most recent occurrence
@@ -63,8 +53,7 @@ class CorpusIndex:
         # sequences}, for n-grams stored at least twice (once: the _maps entry says it)
         self._follow: list[dict[tuple[int, ...], Followers]] = [{} for _ in self._ns]
 
-    def __len__(self) -> int:
-        """Tokens held."""
+    def __len__(self) -> int:  # tokens held
         return self._total
 
     def add(self, tokens: Sequence[int] | np.ndarray | Iterable[int]) -> int:
@@ -115,14 +104,11 @@ class CorpusIndex:
         return None
 
     def propose(self, context: Sequence[int], k: int) -> tuple[list[int], int]:
-        """(up to ``min(k, match length)`` draft token ids continuing ``context``, the
-        match length);
-        ([], 0) without a match of at least ``min_n`` tokens. ``context``: 1-D token
-        ids (Python ints). The lookup reads its last ``MIN_LONG_N``; the match length
-        then extends backwards from the first lookup's most recent occurrence while that
-        sequence and the context agree (up to ``MAX_EXTEND`` tokens), so a request
-        replaying an earlier one reports a long match where a common phrase reports a
-        short one."""
+        """(up to ``min(k, match length)`` drafts continuing ``context`` (Python ints), the
+        match length); ([], 0) without a match of ``min_n`` tokens. The match length
+        extends backwards from the first lookup's occurrence while that sequence and the
+        context agree (up to ``MAX_EXTEND``): a replay reports a long match, a common
+        phrase a short one."""
         check_k(k)
         m = len(context)
         ctx = list(context[m - min(m, self._ns[0]):])
@@ -139,8 +125,8 @@ class CorpusIndex:
         while len(draft) < k and hit is not None:
             j, sid, s, key = hit
             recent = self._seqs[sid][s + self._ns[j]]
-            # A 16-token context seen once is a replay's own earlier position: its
-            # follower is as good as certain (no prior), as on a suffix tree's deep path.
+            # A 16-token context seen once is a replay's own earlier position: as good
+            # as certain (no prior), as on a suffix tree's deep path.
             tok, p = choose(self._follow[j].get(key) or {recent: 1}, recent,
                             0.0 if self._ns[j] >= self.MIN_LONG_N else None)
             if conf * p < self.min_prob:

@@ -1,19 +1,7 @@
-"""Each row's offers for the step policy, and the round's plans once it has decided.
-
-A row is offered (``offers``) what each configured source has for it now:
-
-- **n-gram**: prompt lookup over its own history, or the continuation of a finished
-  request of its scope, whichever matches the longer context (its own run where that
-  agrees with a shorter corpus run and goes on); priced by the acceptance of matches in
-  the same bucket (``control.acceptance``);
-- **draft model**: up to its room of drafts at its measured α, each position paying the
-  draft forward's share, and the round paying the catch-up of its lagging draft KV
-  (spread over the rounds the request has left; in full against a first token's room).
-
-``control.policy.decide`` picks the source and k; ``plan`` turns that into a ``Plan``.
-``fit`` applies what a round may feed (vLLM's own token budget, and in a step of
-several rows at most what the time-per-token bound lets a step take: longer
-catch-ups are chunked over rounds) and reserves draft KV.
+"""Each row's offers for the step policy (n-gram: lookup over its own history or its
+scope's finished requests, priced by the match bucket's α; the draft model: up to its
+room at its α, paying the forward's share and its catch-up), and the round's plans once
+it decided (``plan``; ``fit``: the feed budget, longer catch-ups chunked, draft KV).
 """
 
 from __future__ import annotations
@@ -27,11 +15,11 @@ from vllm_specdec_plugin.control.acceptance import MatchKey, expected_tokens, ma
 from vllm_specdec_plugin.control.cost import Prices
 from vllm_specdec_plugin.control.policy import Offer, RowView
 from vllm_specdec_plugin.kv import BlockAllocator
-from vllm_specdec_plugin.ngram import NGramConfig, NGramIndex
+from vllm_specdec_plugin.ngram import NGramIndex
 from vllm_specdec_plugin.ngram_corpus import CorpusIndex
 from vllm_specdec_plugin.request_state import RequestState, truncate
 from vllm_specdec_plugin.tenancy import ScopedCorpus
-from vllm_specdec_plugin.tuning import NGRAM_MAX_N, NGRAM_MIN_N, NGRAM_MIN_PROB, NGRAM_WINDOW
+from vllm_specdec_plugin.tuning import NGRAM_MAX_N, NGRAM_MIN_N, NGRAM_MIN_PROB
 
 
 @dataclass(slots=True)
@@ -41,7 +29,7 @@ class Plan:
     row: int                # row in the runner's batch
     req_id: str
     req: RequestState
-    new_tokens: list[int]   # committed tokens to feed (this round's chunk)
+    new_tokens: list[int]   # committed tokens to feed this round
     length: int             # committed length L
     k: int                  # drafts wanted this round (0: prefill chunk only)
     spec: Any = None        # SamplingSpec of a sampled request drafting from q, else None
@@ -52,14 +40,13 @@ class Plan:
     match: MatchKey | None = None  # n-gram drafts: the bucket of the match they came from
 
     @property
-    def cached(self) -> int:
-        """Position of the first token fed this round."""
+    def cached(self) -> int:  # position of the first token fed this round
         return len(self.req.tokens)
 
 
 @dataclass(slots=True)
 class Lookup:
-    """A row's n-gram lookup this step (its drafts and match), for ``plan``."""
+    """A row's n-gram lookup this step, for ``plan``."""
 
     drafts: list[int]
     match: MatchKey | None
@@ -77,24 +64,19 @@ class Planner:
         self.no_draft = no_draft  # counts a request-round without drafts, by reason
         self.uses_model = method in ("draft", "hybrid")
         self.uses_ngram = method in ("ngram", "hybrid")
-        # finished requests' histories, matched within a request's scope (``tenancy``;
-        # the caller adds them)
-        self.corpus: ScopedCorpus | None = None
+        self.corpus: ScopedCorpus | None = None  # finished requests, per scope (the caller adds)
         if self.uses_ngram and corpus_tokens and corpus_scope != "off":
             self.corpus = ScopedCorpus(corpus_tokens, lambda: CorpusIndex(
                 corpus_tokens, NGRAM_MAX_N, NGRAM_MIN_N, NGRAM_MIN_PROB))
 
     def room(self, length: int, end: int | None) -> int:
-        """Most drafts a request at committed length L may get: a round emits up to
-        k + 1 tokens, none past ``end`` (prompt + max_tokens) or max_model_len."""
+        """Most drafts at committed length L (none past ``end`` or max_model_len)."""
         limit = self.max_model_len if end is None else min(end, self.max_model_len)
         return min(self.k, limit - length - 1)
 
     def offers(self, req: RequestState, length: int, committed_row: np.ndarray,
-               end: int | None, prices: Prices, model: bool = True
-               ) -> tuple[RowView, Lookup | None]:
-        """The row's offers (none past its room) and its n-gram lookup. ``model``:
-        whether the draft model may be offered (not in a host-time probe)."""
+               end: int | None, prices: Prices) -> tuple[RowView, Lookup | None]:
+        """The row's offers and its n-gram lookup."""
         req.round_at(length)
         room = self.room(length, end)
         offers: list[Offer] = []
@@ -104,18 +86,16 @@ class Planner:
             lookup = Lookup(drafts, match)
             if drafts:
                 offers.append(Offer("ngram", req.learned.match_alpha(match), len(drafts)))
-        if room > 0 and self.uses_model and model:
+        if room > 0 and self.uses_model:
             alpha = req.learned.alpha("draft")
             offers.append(self._model_offer(req, length, end, room, alpha, prices))
         return RowView(offers, req.credit), lookup
 
     def _model_offer(self, req: RequestState, length: int, end: int | None, room: int,
                      alpha: float, prices: Prices) -> Offer:
-        """The draft model's offer: a position pays the draft forward's share; a lagging
-        draft KV (tokens committed since its last round) is fed first, delaying the
-        step by lag·c1 seconds, paid once now and spread over the request's remaining
-        rounds: its horizon is what it may still emit, at most its scope's median
-        answer (a client that sends no max_tokens does not make a catch-up look free)."""
+        """A lagging draft KV, fed first, delays the step by lag·c1: in full now, spread over
+        the rounds of what it may still emit (at most its scope's median answer: no
+        max_tokens does not make a catch-up look free)."""
         lag = length - len(req.tokens) - 1  # beyond the one token a drafting row feeds
         now = once = 0.0
         if lag > 0 and prices.catch_up:
@@ -141,13 +121,9 @@ class Planner:
                     length=length, k=k)
 
     def fit(self, plans: list[Plan], catch_up_room: int | None) -> list[Plan]:
-        """Apply the round's feed budget and reserve draft KV; returns the plans that
-        run, sorted by k descending (the round runner relies on that order).
-
-        The budget is vLLM's token budget, and at most ``catch_up_room``. Smallest
-        catch-ups go first. A plan whose catch-up exceeds what is left of the budget
-        feeds a chunk and drafts nothing this round; a plan the pool cannot hold
-        drafts nothing (both counted)."""
+        """The plans that run, by k descending, within vLLM's budget and ``catch_up_room``:
+        smallest catch-ups first; one past what is left feeds a chunk without drafts, one
+        the pool cannot hold drafts nothing (both counted); draft KV reserved."""
         budget = self.prefill_budget if catch_up_room is None else min(self.prefill_budget,
                                                                         catch_up_room)
         run: list[Plan] = []
@@ -171,8 +147,7 @@ class Planner:
 
     def shadow_drafts(self, req: RequestState, committed_row: np.ndarray, length: int,
                       k: int, end: int | None = None) -> tuple[list[int], MatchKey | None]:
-        """The n-gram drafts (up to ``k``, within the request's room) a round would
-        look up now, and their match bucket; nothing is planned or counted (``shadow``)."""
+        """Up to ``k`` n-gram drafts (within the room) and their bucket, for ``shadow``."""
         k = min(k, self.room(length, end))
         if k <= 0:
             return [], None
@@ -180,12 +155,10 @@ class Planner:
 
     def _ngram_drafts(self, req: RequestState, committed_row: np.ndarray, length: int,
                       k: int) -> tuple[list[int], MatchKey]:
-        """Prompt-lookup drafts over the committed tokens (the index catches up lazily),
-        or the continuation of a finished request when that matches a longer context;
-        with the bucket of the match they came from."""
+        """Drafts from the own history, or a finished request's where that matches longer,
+        and their bucket."""
         if req.ngram is None:
-            req.ngram = NGramIndex(NGramConfig(NGRAM_MAX_N, NGRAM_MIN_N, NGRAM_WINDOW,
-                                               NGRAM_MIN_PROB))
+            req.ngram = NGramIndex()  # NGramConfig's defaults: the tuning constants
         if len(req.ngram) < length:
             req.ngram.extend(committed_row[len(req.ngram):length])
         own_n = req.ngram.longest_match()
@@ -195,10 +168,8 @@ class Planner:
             room = min(k, n)  # a corpus draft is no longer than its match
             if drafts and n > own_n:
                 if len(drafts) < room:
-                    # The corpus match may sit near the end of its sequence (periodic
-                    # text: the newest occurrence is the last), so it offers few tokens.
-                    # Where the request's own history proposes the same tokens and more,
-                    # both agree on the shared part: take the longer run, within room.
+                    # A corpus match near its sequence's end (periodic text) offers few
+                    # tokens: where the own history proposes them and more, take that.
                     own = req.ngram.propose(room)
                     if len(own) > len(drafts) and own[:len(drafts)] == drafts:
                         return own, match_key("corpus", n)

@@ -1,21 +1,12 @@
-"""DraftModelProposer: the draft side of speculative decoding, as a vLLM proposer.
+"""DraftModelProposer: the draft side, as a vLLM ``custom_class`` proposer (lifecycle
+and orchestration; docs/design.md maps the rest).
 
-Selected with ``--speculative-config '{"method": "custom_class", "model":
-"vllm_specdec_plugin.DraftModelProposer", "num_speculative_tokens": K, ...}'``.
-
-Each engine step vLLM calls ``propose`` after the target verified the previous
-drafts. For every running request the proposer
-
-1. books what the verification taught (acceptance) and rolls its draft KV back to the
-   accepted length (``request_state``);
-2. collects each row's offers (``planning``: n-gram lookup, the draft model) and lets
-   the step policy decide the whole step once (``control.policy.decide``);
-3. runs the draft-model plans as one batched round (``draft/``) on vLLM's model class
-   and attention backend over the plugin's own KV, and hands q to the rejection sampler;
-4. gives a few rows that verify no n-gram drafts a shadow proposal (``shadow``).
-
-Here: lifecycle and orchestration. Each step is timed (``step_record``) into the cost
-fits (``control.cost``); docs/design.md maps the rest.
+vLLM calls ``propose`` each step after the target verified the previous drafts. It
+times the step (``step_record``, into ``control.cost``); books what verification taught
+and rolls draft KV back (``request_state``); collects each row's offers (``planning``)
+for one ``control.policy.decide``; runs the draft-model plans as one batched round
+(``draft/``) and hands q to the rejection sampler; and gives a few rows that verify no
+n-gram drafts a shadow proposal (``shadow``).
 """
 
 from __future__ import annotations
@@ -47,9 +38,10 @@ from vllm_specdec_plugin.request_state import (RequestState, book_verification, 
 from vllm_specdec_plugin.row_inputs import end_of, grammar_for
 from vllm_specdec_plugin.shadow import ShadowBook
 from vllm_specdec_plugin.startup_checks import check_features
-from vllm_specdec_plugin.stats import ProposerStats, RequestAcceptance
+from vllm_specdec_plugin.stats import ProposerStats
 from vllm_specdec_plugin.step_record import StepRecorder
 from vllm_specdec_plugin.tenancy import RequestScopes, ScopedStore
+from vllm_specdec_plugin.token_draw import SeedStreams
 from vllm_specdec_plugin.tuning import CREDIT_MAX, TOKENIZER_PROBE
 
 # A child of "vllm" so records reach the handler vLLM configures (same format, same level).
@@ -78,7 +70,7 @@ class DraftModelProposer:
                 self.draft_path, mc.hf_config, mc.tokenizer, mc.model, self.max_model_len,
                 TOKENIZER_PROBE)
             self.vocab_size = int(self.draft_hf_config["vocab_size"])
-        # a reduced draft vocabulary, read now so that a bad file fails early
+        # a reduced draft vocabulary, read now: a bad file fails early
         self.draft_vocab = (draft_vocab.load(c.draft_vocab, self.vocab_size)
                             if self.uses_model and c.draft_vocab else None)
         self.cost = StepCost()  # the step's cost fits (``control.cost``)
@@ -103,7 +95,10 @@ class DraftModelProposer:
         self.next_prefill = 0  # prompt tokens the next step carries (the scheduler's view)
         self.hint: Hint | None = None  # the last decision, as the scheduler applies it
         self.metrics = ProposerMetrics(str(getattr(mc, "served_model_name", None) or mc.model))
-        self.rounds = DraftBatch(self.grammars, self.vocab_size, self.stats, self.metrics, self.cost)
+        # seeded requests' noise, as vLLM draws it: verification and drafts read it alike
+        self.seed_streams = SeedStreams()
+        self.rounds = DraftBatch(self.grammars, self.vocab_size, self.stats, self.metrics,
+                                 self.cost, self.seed_streams)
         self.steps = StepRecorder(self.cost, self.metrics, c.tpot_limit)
         self.shadows = ShadowBook(self.planner.shadow_drafts, self.stats, self.metrics) \
             if self.planner.uses_ngram else None
@@ -112,18 +107,15 @@ class DraftModelProposer:
         patches.install("worker")
 
     @property
-    def model(self) -> torch.nn.Module | None:
-        """The draft's vLLM model (an nn.Module), or None without a draft model."""
+    def model(self) -> torch.nn.Module | None:  # the draft's vLLM model
         return self.kernels.model if self.kernels else None
 
     # ------------------------------------------------------------------ set-up
 
     def load_model(self, target_model: Any = None) -> None:
-        """Load the draft through vLLM, allocate its KV pool, warm (compile) it.
-
-        Runs inside the runner's load_model, before vLLM sizes the target's KV cache,
-        so on GPU the draft weights and pool are subtracted from the target's budget.
-        """
+        """Load the draft through vLLM, allocate its KV pool, warm (compile) it: inside the
+        runner's load_model, before vLLM sizes the target's KV cache (on GPU the draft's
+        weights and pool come out of the target's budget)."""
         p = next(iter(target_model.parameters()), None) if target_model is not None else None
         self.device = p.device if p is not None else torch.device("cpu")
         self.ready = True
@@ -175,6 +167,7 @@ class DraftModelProposer:
                     req.learned.scope.outputs.append(req.output_tokens)
                 self.metrics.request_finished(req.acceptance.drafted, req.acceptance.accepted)
                 self.grammars.forget(rid)
+            self.seed_streams.forget(rid)
         for rid in runner_hooks.preempted_req_ids(scheduler_output):
             req = self.requests.get(rid)
             if req is not None:  # resumed later: re-prefilled lazily
@@ -187,21 +180,15 @@ class DraftModelProposer:
         if self.allocator is not None:
             self.allocator.release(req.table)
 
-    def request_acceptance(self, req_id: str) -> RequestAcceptance | None:
-        req = self.requests.get(req_id)
-        return req.acceptance if req else None
-
     # ----------------------------------------------------------------- propose
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
                 token_ids_cpu: np.ndarray, slot_mappings: Any = None, **_: Any) -> list[list[int]]:
-        """Draft tokens for every row of the runner's batch.
+        """Per row of the runner's batch, its draft token ids (maybe none).
 
-        sampled_token_ids: per row, tokens the target emitted this step ([] while a
-          prompt is still being prefilled in chunks).
-        num_tokens_no_spec: [max_num_seqs] committed length per row.
-        token_ids_cpu: [max_num_seqs, max_model_len] committed tokens (read [:n] only).
-        Returns per row a list of draft token ids (possibly empty).
+        sampled_token_ids: per row, the tokens emitted this step ([] while prefilling);
+        num_tokens_no_spec: [max_num_seqs] committed lengths; token_ids_cpu:
+        [max_num_seqs, max_model_len] committed tokens (read [:n] only).
         """
         out: list[list[int]] = [[] for _ in sampled_token_ids]
         if self.runner is None or not self.ready:
@@ -264,8 +251,8 @@ class DraftModelProposer:
 
     def _decide(self, rows: list[int], req_ids: list[str], lengths: np.ndarray,
                 token_ids_cpu: np.ndarray) -> tuple[list[Plan], bool]:
-        """The step's plans, from one ``control.policy.decide``; and whether the step was
-        planned at all (the host-time term may skip it: rows then decode plainly)."""
+        """The step's plans, from one ``control.policy.decide``, and whether it was planned
+        (the host-time term may skip it: rows then decode plainly)."""
         c, batch = self.config, len(rows)
         prices = self.cost.prices(batch)
         share = (c.ttft_limit - 1.0) / 2.0  # a first token waits for two such steps
@@ -279,22 +266,20 @@ class DraftModelProposer:
                                                    self.cost.sigma.slope(0)), share, ())
         if not rows:
             return [], False
-        probe_ngram = False
         if self.planning_cost is not None:
+            # A probe of a skipped batch size plans like any step: a draft-model offer
+            # whose KV lags pays its catch-up in its price, and a round feeds at most
+            # what the time-per-token bound lets a step take.
             room_s = None if room is None else room * prices.plain_s
             if not self.planning_cost.plan(batch, room_s):
                 for row in rows:
                     self._hold(req_ids[row], int(lengths[row]), "host_time")
                 return [], False
-            # a host-time probe plans n-gram drafts only: after skipped steps every
-            # row's draft KV lags, and a model round would first feed all of it
-            probe_ngram = self.planning_cost.probing
         views, lookups = [], []
         for row in rows:
             req = self.requests[req_ids[row]]
             view, lookup = self.planner.offers(req, int(lengths[row]), token_ids_cpu[row],
-                                               self._end(row, req_ids[row]), prices,
-                                               model=not probe_ngram)
+                                               self._end(row, req_ids[row]), prices)
             views.append(view)
             lookups.append(lookup)
         probe = c.adaptive and self.probes.probe()
@@ -340,12 +325,10 @@ class DraftModelProposer:
     def _end(self, row: int, req_id: str) -> int | None:
         return end_of(self.runner, row, req_id)
 
-    def plan_hint(self) -> Hint | None:
-        """The last decision as the scheduler applies it (``compat.scheduler``)."""
+    def plan_hint(self) -> Hint | None:  # the last decision, for compat.scheduler
         return self.hint
 
     def _no_draft(self, reason: str) -> None:
-        """Count a request-round decoded without drafts (k = 0 this round); the metrics
-        get the step's counts once, at the end of propose()."""
+        """Count a request-round without drafts (the metrics get the step's counts once)."""
         self.stats.no_draft[reason] += 1
         self._step_no_draft[reason] += 1

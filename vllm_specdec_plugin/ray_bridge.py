@@ -1,37 +1,31 @@
 """Mirror the plugin's ``specdec_*`` metrics into Ray's metrics export (Ray Serve replicas).
 
-Why: under ``ray.serve.llm`` the only Prometheus endpoint is Ray's metrics export port
-  (``ray start --metrics-export-port``), and Ray exports only what a Ray process records
-  through ``ray.util.metrics`` (vLLM's own metrics get there through its
-  ``RayPrometheusStatLogger``, as ``ray_vllm_*``). The plugin's ``specdec_*`` metrics are
-  recorded with prometheus_client in the vLLM worker, which on CPU is a plain
-  subprocess of the replica (multiprocessing executor: replica -> EngineCore ->
-  worker), not a Ray worker, and without ``PROMETHEUS_MULTIPROC_DIR`` they stay in
-  that subprocess's memory.
+Why: under ``ray.serve.llm`` the only Prometheus endpoint is Ray's metrics export port,
+  and Ray exports only what a Ray process records through ``ray.util.metrics`` (vLLM's
+  own metrics get there through its ``RayPrometheusStatLogger``, as ``ray_vllm_*``). The
+  ``specdec_*`` metrics are recorded with prometheus_client in the vLLM worker, on CPU a
+  plain subprocess of the replica (replica -> EngineCore -> worker), not a Ray worker;
+  without ``PROMETHEUS_MULTIPROC_DIR`` they stay in its memory.
 How: ``maybe_start()`` runs in the replica process from the ``create_engine_config``
-  wrapper (``compat/response_metrics.py``; reached only when our proposer is
-  configured), before vLLM spawns the engine. Inside a Ray Serve replica, and only if
-  ``PROMETHEUS_MULTIPROC_DIR`` is unset, it creates a private folder, exports it as
-  ``PROMETHEUS_MULTIPROC_DIR`` (the EngineCore and worker processes spawned afterwards
-  inherit it, so the worker's prometheus_client writes its samples there) and starts a
-  daemon thread that every ``INTERVAL_S`` aggregates the folder with
-  ``prometheus_client.multiprocess.MultiProcessCollector`` and sets one
-  ``ray.util.metrics.Gauge`` per ``specdec_*`` sample name (counters' ``_total``,
+  wrapper (``compat/engine_config.py``; only when our proposer is configured), before
+  vLLM spawns the engine. Inside a Ray Serve replica, and only if
+  ``PROMETHEUS_MULTIPROC_DIR`` is unset, it exports a private folder as that variable
+  (the EngineCore and worker spawned afterwards inherit it) and starts a daemon thread
+  that every ``INTERVAL_S`` aggregates the folder (``MultiProcessCollector``) and sets
+  one ``ray.util.metrics.Gauge`` per ``specdec_*`` sample name (counters' ``_total``,
   histograms' ``_bucket``/``_sum``/``_count``, gauges), with the sample's labels plus
-  ``ReplicaId`` (the replica's unique id, the label vLLM's Ray metrics carry). Ray
-  exports them as ``ray_specdec_*``. Counters become Ray gauges holding the cumulative
-  value, so ``rate()`` works on them as on the originals.
-  Seen with Ray 2.60 (OpenTelemetry exporter): a gauge named ``specdec_x_total`` is
-  exported as ``ray_specdec_x_total`` (TYPE gauge, no suffix added or stripped), with
-  its tags as labels (``le`` included) plus Ray's own (Component, NodeAddress,
-  SessionName, Version, WorkerId, otel_scope_*); a value of 0 is exported. Names must
-  match ``[a-zA-Z_][a-zA-Z0-9_]*``: others are discarded with a warning, and a name
-  with ``:`` only warns but is not exported. Every tag key must get a value on
-  ``set`` (ValueError otherwise), hence one gauge per sample name.
+  ``ReplicaId`` (the label vLLM's Ray metrics carry). Ray exports them as
+  ``ray_specdec_*``; counters become gauges of the cumulative value, so ``rate()`` works.
+  Seen with Ray 2.60 (OpenTelemetry exporter): a gauge ``specdec_x_total`` is exported as
+  ``ray_specdec_x_total`` (TYPE gauge, no suffix added or stripped) with its tags as
+  labels (``le`` included) plus Ray's own; a value of 0 is exported. Names must match
+  ``[a-zA-Z_][a-zA-Z0-9_]*`` (others are discarded with a warning; one with ``:`` only
+  warns but is not exported), and every tag key needs a value on ``set`` (ValueError
+  otherwise): hence one gauge per sample name.
 Limits: a GPU deployment uses vLLM's Ray executor (the worker is a Ray actor that does
   not inherit the replica's environment) and builds the engine config in a separate
-  Ray task, so ``maybe_start()`` returns False there; not covered. Outside Ray Serve
-  (``vllm serve``, offline ``LLM``) it returns False and changes nothing.
+  Ray task, so ``maybe_start()`` returns False there; not covered. Outside Ray Serve it
+  returns False and changes nothing.
 Upstream: a hook for stat-logger plugins in worker processes, or Ray exporting a
   replica's prometheus_client multiprocess folder.
 Remove when: worker-side plugin metrics reach Ray's exporter without a bridge.
@@ -95,10 +89,15 @@ def _replica_id() -> str | None:
 
 
 def _session_dir() -> str | None:
-    """Ray's session folder (removed with the cluster's temp dir), else the system default."""
-    from vllm_specdec_plugin.compat.ray_session import session_dir
+    """Ray's session folder (removed with the cluster's temporary files), else None (the
+    system default). Ray 2.60 has no public accessor: ``ray._private``'s, on any failure
+    None (upstream: a session-dir accessor in ``ray.runtime_context``)."""
+    try:
+        import ray._private.worker as worker
 
-    path = session_dir()
+        path = worker._global_node.get_session_dir_path() or None
+    except Exception:  # not in a Ray worker, or Ray's internals moved
+        return None
     return path if path and os.path.isdir(path) else None
 
 

@@ -1,59 +1,51 @@
 """Rejection sampling for speculative decoding, as pure tensor functions.
 
-Vocabulary (used with exactly these meanings throughout the package):
+Vocabulary (these meanings throughout the package):
 
-- draft: a token proposed by the draft model; it was drawn from the draft
-  distribution q (after the request's sampling pipeline).
-- target: the distribution p from the target model's verification pass at the same
-  position (after the same pipeline), conditioned on the drafts before it.
-- accepted: a draft token that is kept. Draft x at position j is accepted with
-  probability min(1, p_j(x) / q_j(x)), scanning left to right and stopping at the
-  first rejection.
-- recovered: the correction token sampled from norm(max(0, p_j - q_j)) at the first
-  rejected position j. It replaces the rejected draft.
-- bonus: the extra token sampled from p at position k (after the last of the k
-  drafts) when all k drafts are accepted.
-- placeholder: PLACEHOLDER_TOKEN_ID = -1, padding after the end of a row's output.
+- draft: a token the draft proposed, drawn from the draft distribution q (after the
+  request's sampling pipeline);
+- target: the distribution p of the target's verification pass at that position
+  (after the same pipeline), conditioned on the drafts before it;
+- accepted: a kept draft; draft x at position j is accepted with probability
+  min(1, p_j(x) / q_j(x)), left to right, stopping at the first rejection;
+- recovered: the token sampled from norm(max(0, p_j - q_j)) at the first rejected
+  position j, in place of the rejected draft;
+- bonus: the token sampled from p at position k when all k drafts are accepted;
+- placeholder: PLACEHOLDER_TOKEN_ID = -1, padding after a row's output.
 
-Layout (vLLM's flat one): request b with n_b drafts owns n_b + 1 consecutive rows
-of p (its draft positions, then the bonus position; T = sum(n_b + 1)) and n_b
-consecutive rows of q (sum(n_b) rows). Nothing is padded to the batch's largest k:
-per-request work reads [B, K] scalars and one [B, V] final row.
+Layout (vLLM's flat one): request b with n_b drafts owns n_b + 1 consecutive rows of p
+(its draft positions, then the bonus position; T = sum(n_b + 1)) and n_b consecutive
+rows of q. Nothing is padded to the batch's largest k: per-request work reads [B, K]
+scalars and one [B, V] final row.
 
-Every row outputs its accepted drafts followed by exactly one recovered or bonus
-token, so 1..k+1 tokens, each distributed exactly as sampling from p one token at a
-time (Leviathan et al., 2023, https://arxiv.org/abs/2211.17192; the same algorithm
-as vLLM's `v1/sample/rejection_sampler.py`).
-
-Greedy rows (is_greedy) skip randomness: a draft is accepted while it equals
-argmax(p_j); the recovered token is argmax(p_j) at the first mismatch and the bonus
-token is argmax(p_k).
+Every row outputs its accepted drafts and exactly one recovered or bonus token, 1..k+1
+tokens, each distributed exactly as sampling from p one token at a time (Leviathan et
+al., 2023, https://arxiv.org/abs/2211.17192; vLLM's `v1/sample/rejection_sampler.py`).
+Greedy rows draw nothing: a draft is accepted while it equals argmax(p_j); the
+recovered token is argmax(p_j) at the first mismatch, the bonus argmax(p_k).
 
 Seeded sampled rows (a seed, not greedy) are verified like greedy rows, against
-y_j = first_argmax(p_j / E_{t0+j}) instead of argmax(p_j): E_t [V] are i.i.d. Exp(1)
-noise keyed by (seed, absolute position t) alone (`token_draw.position_noise`), t0 the
-position of the row's first output token (its committed length). The exponential
-race makes y_j a sample from p_j, and the token emitted at position t is y_t
-whatever was drafted, so the output is a function of (seed, p) only: the same under
-any draft schedule, k, draft model or batch neighbours, up to the float rounding of
-p itself (which may depend on the batch's shape) (Daliri, Musco & Suresh,
-"drafter-invariant speculative decoding", https://arxiv.org/abs/2408.07978). q is
-not read for these rows. The draft side drafts argmax(q_t / E_t) with the same E_t;
-a draft is then accepted with probability P(argmax(p/E) == argmax(q/E)) >=
-(1 - TV) / (1 + TV), a little below the 1 - TV of the rejection rule above.
+y_j, the token the request's own noise samples from p_j (the caller draws it:
+`compat/seeded.py`). On CPU that is vLLM's: output token i is vLLM's fused Gumbel-max
+of the processed logits with the i-th seed of the request's generator stream, so the
+text is token for token what vLLM without speculation samples. Elsewhere it is
+first_argmax(p_j / E_t) with Exp(1) noise keyed by (seed, absolute position t). Either
+way y_j is a sample from p_j, and the token emitted at a position is y of that position
+whatever was drafted: the output is a function of (seed, p) only, the same under any
+draft schedule, k or batch neighbours, up to the float rounding of p itself (Daliri,
+Musco & Suresh, "drafter-invariant speculative decoding",
+https://arxiv.org/abs/2408.07978). q is not read for these rows. The draft drafts with
+the same noise on q; a draft is then accepted whenever that noise picks the same token
+under q and p, with probability >= (1 - TV) / (1 + TV) for the race.
 
-Random-number consumption. Greedy rows draw nothing. A seeded sampled row touches
-no shared generator state: it seeds one fresh generator per position it verifies
-(n + 1 of them) from (seed, t) and reads V exponentials from each.
-Unseeded sampled rows share torch's default generator: one call
-`torch.rand(B, K + 1, dtype=torch.float64)` per batch that has any; row b uses
+Random-number consumption. Greedy and seeded rows draw nothing here. Unseeded sampled
+rows share torch's default generator: one call `torch.rand(B, K + 1, dtype=torch.float64)`
+per batch that has any; row b uses
 u_0..u_n: u_j (j < n) is the acceptance test of draft j (accepted iff
 u_j <= p_j(x) / q_j(x)) and u_n picks the recovered or bonus token by inverting the
-float64 cumulative sum of its (unnormalised) distribution. The reference
-(`rejection_reference.py`) draws the same way, so from the same default-generator state
-`rejection_sample` matches it bit for bit on every row. (vLLM draws from each seeded
-request's own generator instead; for seeded requests the plugin's tokens are not
-vLLM's, only distributed alike.)
+float64 cumulative sum of its (unnormalised) distribution. The tests' reference
+(`specdec_testing/rejection_reference.py`) draws the same way, so from the same
+default-generator state `rejection_sample` matches it bit for bit on every row.
 """
 
 from __future__ import annotations
@@ -62,8 +54,7 @@ from collections.abc import Sequence
 
 import torch
 
-from vllm_specdec_plugin.token_draw import (coupled_token, first_argmax, position_noise_rows,
-                                            sample_from_weights)
+from vllm_specdec_plugin.token_draw import first_argmax, sample_from_weights
 
 PLACEHOLDER_TOKEN_ID = -1
 
@@ -74,25 +65,28 @@ def rejection_sample(
     draft_probs: torch.Tensor | None,  # [sum(n_b), V] float, or None (point mass)
     target_probs: torch.Tensor,  # [sum(n_b + 1), V] float
     is_greedy: torch.Tensor,  # [B] bool
-    seeds: Sequence[int | None] | None = None,  # [B]: request seed, None unseeded
-    positions: Sequence[int] | None = None,  # [B]: t0, absolute position of output 0
+    seeded: Sequence[bool] | None = None,  # [B]: sampled rows with a seed
+    seeded_tokens: torch.Tensor | None = None,  # [T] int64: y_j on those rows' p rows
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Batched rejection sampling; see the module docstring for the rule, layout and
-    RNG use.
+    """Batched rejection sampling (the module docstring: rule, layout, draws).
 
-    draft_probs None, or an all-zero q row, means q_j is the one-hot of the draft
-    token. A draft token outside [0, V) is always rejected, and the token replacing
-    it is sampled from p (nothing was accepted to correct for). For greedy rows only
-    argmax(p_j) is read, so their p rows may be any logits with that argmax. Seeded
-    sampled rows (``seeds[b]`` set, not greedy) are verified against
-    first_argmax(p_j / E_{t0+j}), t0 = ``positions[b]`` (required for them).
-    Returns (output_token_ids [B, K + 1] int64: accepted drafts, then one recovered
-    or bonus token, then placeholders; num_accepted [B] int64).
+    draft_probs None, or an all-zero q row: q_j is the draft's one-hot. A draft outside
+    [0, V) is always rejected and replaced from p. Greedy rows read only argmax(p_j), so
+    their p rows may be any logits with that argmax. Seeded sampled rows (``seeded[b]``)
+    are verified against ``seeded_tokens`` (required for them): the token their own
+    noise samples at each position (the caller draws it: ``compat/seeded.py``).
+    Returns (output_token_ids [B, K + 1] int64: accepted drafts, one recovered or bonus
+    token, then placeholders; num_accepted [B] int64).
     """
     batch, max_k, vocab, device = check_shapes(
         draft_token_ids, num_draft_tokens, draft_probs, target_probs, is_greedy
     )
-    coupled = coupled_rows(seeds, positions, is_greedy)  # [B] bool list
+    coupled = list(seeded) if seeded is not None else [False] * batch  # [B]
+    if len(coupled) != batch:
+        raise ValueError(f"got {len(coupled)} seeded flags for {batch} rows")
+    if any(coupled) and (seeded_tokens is None
+                         or tuple(seeded_tokens.shape) != (target_probs.shape[0],)):
+        raise ValueError("seeded sampled rows need seeded_tokens [T] (one per p row)")
     p = target_probs.to(torch.float32)  # [T, V]
     num_draft = num_draft_tokens.to(device=device, dtype=torch.long)  # [B]
     greedy = is_greedy.to(device=device, dtype=torch.bool)  # [B]
@@ -112,7 +106,7 @@ def rejection_sample(
         uniforms = torch.rand(batch, max_k + 1, dtype=torch.float64, device=device)
 
     # Fixed acceptance: draft == argmax(p_j) (greedy) or y_j (seeded), over those rows only.
-    target_argmax = _fixed_tokens(p, greedy, num_draft, coupled, seeds, positions)[p_row]
+    target_argmax = _fixed_tokens(p, greedy, num_draft, coupled, seeded_tokens)[p_row]
     greedy_accept = drafts == target_argmax[:, :max_k]  # [B, K]
 
     # Sampled acceptance: u_j <= p_j(x) / q_j(x), i.e. probability min(1, p/q).
@@ -182,14 +176,9 @@ def greedy_verify(
     num_draft_tokens: torch.Tensor,  # [B] int64 in 0..K
     target_argmax: torch.Tensor,  # [B, K + 1] int64: argmax of p_j (ties: lowest id)
 ) -> torch.Tensor:
-    """Output token ids [B, K + 1] int64 of an all-greedy batch, from the argmaxes alone.
-
-    What ``rejection_sample`` returns when every row is greedy and p_j is the one-hot
-    of ``target_argmax[:, j]``: drafts accepted while they equal the argmax, then the
-    argmax at the first mismatch (or after the last draft), then placeholders. It
-    skips building p: for greedy rows whose logits no processor changes,
-    the argmax of the raw logits is all the rejection step needs.
-    """
+    """Output token ids [B, K + 1] int64 of an all-greedy batch from the argmaxes alone:
+    ``rejection_sample``'s result when p_j is the one-hot of ``target_argmax[:, j]``,
+    without building p (for greedy rows no processor changes, all it needs)."""
     batch, max_k = draft_token_ids.shape
     device = target_argmax.device
     drafts = draft_token_ids.to(device=device, dtype=torch.long)
@@ -206,7 +195,7 @@ def greedy_verify(
     return output
 
 
-# ------------------------------------ input checks (shared with rejection_reference)
+# ---------------------------- input checks (shared with the tests' rejection reference)
 
 
 def check_shapes(
@@ -236,30 +225,13 @@ def check_shapes(
     return batch, max_k, vocab, target_probs.device
 
 
-def coupled_rows(seeds: Sequence[int | None] | None, positions: Sequence[int] | None,
-                 is_greedy: torch.Tensor) -> list[bool]:
-    """[B] bools: rows sampled with a seed (verified against the seeded race)."""
-    batch = is_greedy.shape[0]
-    if seeds is None:
-        return [False] * batch
-    if len(seeds) != batch:
-        raise ValueError(f"got {len(seeds)} seeds for {batch} rows")
-    coupled = [s is not None and not g for s, g in zip(seeds, is_greedy.tolist())]
-    if any(coupled) and (positions is None or len(positions) != batch):
-        raise ValueError("seeded sampled rows need positions [B] (t0 of each row)")
-    return coupled
-
-
 # --------------------------------------------------------------------------- internals
 
 
 def _row_maps(num_draft: torch.Tensor, max_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row indices into the flat p [B, K+1] and q [B, K] (int64).
-
-    Position j of request b maps to its row min(j, n_b) in p and min(j, n_b - 1) in
-    q; q indices are clamped into [0, sum(n_b) - 1], so positions past n_b (and rows
-    without drafts) point at some valid row whose value is never used.
-    """
+    """Row indices into the flat p [B, K+1] and q [B, K] (int64): position j of request
+    b is row min(j, n_b) of p and min(j, n_b - 1) of q, clamped into [0, sum(n_b) - 1]
+    (positions past n_b point at some row whose value is never used)."""
     counts = num_draft + 1
     p_start = counts.cumsum(0) - counts  # [B]
     q_start = num_draft.cumsum(0) - num_draft  # [B]
@@ -271,11 +243,9 @@ def _row_maps(num_draft: torch.Tensor, max_k: int) -> tuple[torch.Tensor, torch.
 
 
 def _fixed_tokens(p: torch.Tensor, greedy: torch.Tensor, num_draft: torch.Tensor,
-                  coupled: list[bool], seeds: Sequence[int | None] | None,
-                  positions: Sequence[int] | None) -> torch.Tensor:
+                  coupled: list[bool], seeded_tokens: torch.Tensor | None) -> torch.Tensor:
     """[T] int64: per p row, argmax(p) for greedy requests (ties: lowest id), the
-    seeded race first_argmax(p / E_t) for seeded sampled ones; 0 on other rows,
-    whose value is never read."""
+    caller's y_j for seeded sampled ones; 0 on other rows, whose value is never read."""
     owner_greedy = greedy.repeat_interleave(num_draft + 1)  # [T]
     if bool(owner_greedy.all()):
         return first_argmax(p)
@@ -283,14 +253,7 @@ def _fixed_tokens(p: torch.Tensor, greedy: torch.Tensor, num_draft: torch.Tensor
     if bool(owner_greedy.any()):
         out[owner_greedy] = first_argmax(p[owner_greedy])
     if any(coupled):
-        counts = (num_draft + 1).tolist()
-        starts = (num_draft.cumsum(0) - num_draft).tolist()  # p row of b is starts[b] + b
-        idx, noise = [], []
-        for b in (b for b, c in enumerate(coupled) if c):
-            first = starts[b] + b
-            idx += range(first, first + counts[b])
-            noise.append(position_noise_rows(seeds[b], int(positions[b]), counts[b],
-                                             p.shape[1], p.device))
-        rows = torch.tensor(idx, dtype=torch.long, device=p.device)
-        out[rows] = coupled_token(p[rows], torch.cat(noise))
+        owner_seeded = torch.tensor(coupled, dtype=torch.bool, device=p.device) \
+            .repeat_interleave(num_draft + 1)  # [T]
+        out[owner_seeded] = seeded_tokens.to(p.device)[owner_seeded]
     return out

@@ -1,9 +1,8 @@
 """The one record per request: its draft KV, acceptance, time budget and scope.
 
-The draft KV of a request holds ``tokens`` (committed tokens, then the drafts whose KV
-a round computed). After the target verified a round, everything past the accepted
-prefix is trimmed from the block table: whole tail blocks return to the free list,
-a partial last block is kept and its stale slots are overwritten later.
+A request's draft KV holds ``tokens`` (committed tokens, then the drafts whose KV a
+round computed); after verification everything past the accepted prefix is trimmed
+(``kv``: whole tail blocks freed, stale slots of a partial one overwritten later).
 """
 
 from __future__ import annotations
@@ -40,26 +39,23 @@ class RequestState:
     first_length: int = 0   # committed length at its first round (prompt + 1)
     length: int = 0         # committed length at its latest round
 
-    def round_at(self, length: int) -> None:
-        """A propose() round sees the request at committed ``length``."""
+    def round_at(self, length: int) -> None:  # a propose() round sees it at ``length``
         self.seen = True
         self.first_length = self.first_length or length
         self.length = length
 
     @property
-    def output_tokens(self) -> int:
-        """Tokens it has emitted, as far as its rounds saw (0 before a round)."""
+    def output_tokens(self) -> int:  # emitted, as far as its rounds saw
         return self.length - self.first_length + 1 if self.first_length else 0
 
     def settle(self, tokens: int, step: float, tpot_limit: float) -> None:
-        """Book a decode step without prefill: it emitted ``tokens`` for this request and
-        took ``step`` plain steps. A plain step saves ``tpot_limit - 1``; a step slowed
-        by others' drafts spends it; accepted drafts earn it. Clipped to ±CREDIT_MAX."""
+        """A decode step without prefill emitted ``tokens`` for it in ``step`` plain steps:
+        a plain step saves ``tpot_limit - 1``, others' drafts spend it, accepted drafts
+        earn it; clipped to ±CREDIT_MAX."""
         c = self.credit + tpot_limit * tokens - step
         self.credit = min(max(c, -CREDIT_MAX), CREDIT_MAX)
 
-    def reset_for_prefill(self) -> None:
-        """Preempted: the request comes back later and is re-prefilled lazily."""
+    def reset_for_prefill(self) -> None:  # preempted: re-prefilled lazily when back
         self.tokens.clear()
         self.drafted = []
         self.seen = False
@@ -67,9 +63,8 @@ class RequestState:
 
 def book_verification(req: RequestState, num_accepted: int, committed_row: np.ndarray,
                       allocator: BlockAllocator | None, stats: ProposerStats) -> None:
-    """What the target's verification of a request's last drafts teaches: its source's
-    acceptance (and for n-gram drafts their match bucket's) learns the round; the draft
-    KV rolls back (``roll_back``). Nothing without drafts."""
+    """The verification of a request's last drafts: its source's (and match bucket's)
+    acceptance learns the round; the draft KV rolls back. Nothing without drafts."""
     if not req.drafted:
         return
     accepted = max(0, min(num_accepted, len(req.drafted)))
@@ -79,12 +74,9 @@ def book_verification(req: RequestState, num_accepted: int, committed_row: np.nd
 
 def roll_back(req: RequestState, accepted: int, committed_row: np.ndarray,
               allocator: BlockAllocator | None, stats: ProposerStats) -> None:
-    """Book a verified round and trim the draft KV to what the target accepted.
-
-    The last round cached the committed tokens plus drafts d1..d_{k-1} (d_k's KV was
-    never computed). ``accepted`` (clamped to the drafts by the caller) of them were
-    accepted; their KV is valid. committed_row: the runner's committed tokens.
-    """
+    """Book a verified round and trim the draft KV to what was accepted: the round cached
+    the committed tokens and d1..d_{k-1} (never d_k's), of which the first ``accepted``
+    (clamped by the caller) stay valid. committed_row: the runner's committed tokens."""
     drafted = req.drafted
     req.acceptance.rounds += 1
     req.acceptance.drafted += len(drafted)
@@ -104,8 +96,8 @@ def roll_back(req: RequestState, accepted: int, committed_row: np.ndarray,
 
 
 def commit_round(plan: Any, source: str, stats: ProposerStats) -> None:
-    """Book a ``planning.Plan``'s drafts, from ``source`` ("draft" or "ngram"), on its
-    request: they are what the next verification judges."""
+    """Book a ``planning.Plan``'s drafts from ``source`` on its request, for the next
+    verification."""
     req = plan.req
     if source == "ngram":
         req.shadow = None  # a verified round measures the same thing
@@ -117,10 +109,9 @@ def commit_round(plan: Any, source: str, stats: ProposerStats) -> None:
 
 
 def keep_scheduled(req: RequestState, scheduled: int, allocator: BlockAllocator | None) -> int:
-    """The scheduler verifies only the first ``scheduled`` of the request's drafts (the
-    step plan or vLLM's budget cut the rest): forget the others, so the round is booked
-    as what was verified, and with none left drop the drafts' KV now. Returns how many
-    were cut."""
+    """Only the first ``scheduled`` drafts are verified (the step plan or vLLM's budget
+    cut the rest): forget the others, and with none left drop their KV now; returns how
+    many were cut."""
     cut = len(req.drafted) - scheduled
     if cut <= 0:
         return 0

@@ -1,5 +1,5 @@
-"""What a row's request asks of its drafts, read from the runner: its seed, where it
-ends, its grammar, and the sampling inputs of a sampled request drafting from q."""
+"""What a row's request asks of its drafts, read from the runner: where it ends, its
+grammar, and the sampling inputs of a sampled request drafting from q."""
 
 from __future__ import annotations
 
@@ -10,13 +10,6 @@ import numpy as np
 from vllm_specdec_plugin.compat import runner_hooks
 from vllm_specdec_plugin.compat.draft_grammar import is_structured
 from vllm_specdec_plugin.sampling.pipeline import SamplingSpec
-
-
-def seed_for(runner: Any, req_id: str) -> int | None:
-    """The request's seed: its sampled drafts race q against the same per-position
-    noise as its verification (``token_draw.position_noise``)."""
-    seed = getattr(runner_hooks.sampling_params(runner, req_id), "seed", None)
-    return None if seed is None else int(seed)
 
 
 def end_of(runner: Any, row: int, req_id: str) -> int | None:

@@ -1,12 +1,10 @@
 """All start-up checks of a plugin configuration, runnable before any engine starts.
 
-Called from the config-creation wrapper (``compat/response_metrics.py``) in the
-process that builds the VllmConfig (the API server, or the offline ``LLM``), so a bad
-option, path or model pair stops start-up there with one message naming the fix,
-before EngineCore and workers are spawned. The proposer repeats the same checks in
-the worker (cheap), for engines built some other way.
-
-Duck-typed on the VllmConfig; imports nothing from vLLM.
+Called from the config-creation wrapper (``compat/engine_config.py``) in the process
+that builds the VllmConfig, so a bad option, path or model pair stops start-up there
+with one message naming the fix, before EngineCore and workers are spawned; the
+proposer repeats them in the worker, for engines built some other way. Duck-typed on
+the VllmConfig; imports nothing from vLLM.
 """
 
 from __future__ import annotations
@@ -43,12 +41,9 @@ def check_vllm_config(vllm_config: Any) -> SpecDecConfig:
 
 
 def check_engine_args(speculative_config: Any, additional_config: Any) -> SpecDecConfig | None:
-    """Validate the plugin's options from raw engine arguments, before vLLM parses them.
-
-    vLLM's own SpeculativeConfig validation would otherwise answer e.g. k = 0 with a
-    pydantic error that names no fix. Returns None when the arguments do not select
-    this plugin (then nothing is checked).
-    """
+    """Validate the plugin's options from raw engine arguments before vLLM parses them
+    (its pydantic error for e.g. k = 0 names no fix); None when they do not select the
+    plugin."""
     if not isinstance(speculative_config, dict):
         return None
     if not selects_plugin(speculative_config.get("method"), speculative_config.get("model")):
@@ -61,10 +56,8 @@ def check_engine_args(speculative_config: Any, additional_config: Any) -> SpecDe
 
 
 def check_features(vllm_config: Any) -> None:
-    """Refuse the vLLM features speculation with this plugin cannot serve exactly.
-
-    Each message says why and names the fix (README, "Request features").
-    """
+    """Refuse the vLLM features speculation with this plugin cannot serve exactly (each
+    message says why and names the fix)."""
     pc = vllm_config.parallel_config
     scale = ("Fix: serve with --tensor-parallel-size 1 --pipeline-parallel-size 1 and scale "
              "out with one replica per device (deploy/ray), or serve without the plugin.")

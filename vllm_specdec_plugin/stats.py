@@ -14,15 +14,6 @@ class RequestAcceptance:
     drafted: int = 0    # draft tokens verified by the target
     accepted: int = 0   # of those, accepted
 
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Tokens emitted per round: accepted drafts + the recovered/bonus token."""
-        return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
-
 
 @dataclass(slots=True)
 class ProposerStats:
@@ -31,7 +22,6 @@ class ProposerStats:
     rounds: int = 0                 # propose() calls that drafted for >= 1 request
     drafted: int = 0
     accepted: int = 0
-    accepted_by_position: Counter = field(default_factory=Counter)
     prefill_tokens: int = 0         # tokens run through the draft to catch up/prefill
     max_round_prefill: int = 0      # most catch-up tokens fed in one round (<= the budget)
     no_draft: Counter = field(default_factory=Counter)  # reason -> request-rounds
@@ -40,13 +30,6 @@ class ProposerStats:
     shadow_drafted: int = 0         # shadow n-gram drafts decided (``shadow``)
     shadow_accepted: int = 0        # of those, matched by the committed tokens
 
-    @property
-    def backed_off(self) -> int:
-        """Request-rounds the policy priced out (reasons adaptive and batch)."""
-        return self.no_draft["adaptive"] + self.no_draft["batch"]
-
     def record_verification(self, drafted: int, accepted: int) -> None:
         self.drafted += drafted
         self.accepted += accepted
-        for pos in range(accepted):
-            self.accepted_by_position[pos] += 1

@@ -1,22 +1,7 @@
-"""Times each target step and feeds the step cost model and the metrics (pure Python).
-
-A step runs between the scheduler output (``begin``) and the ``propose`` call that
-ends it (``end``). Its tokens split in two:
-
-- decode/verify tokens: 1 + the drafts verified, per row that decoded (the rows
-  counted too: a row costs more than a verify token);
-- prefill tokens: every scheduled token of a row still prefilling (a prompt chunk,
-  its last chunk, a preempted request's recompute), plus any scheduled tokens of a
-  decoding row beyond 1 + its drafts (``num_scheduled_tokens`` of vLLM's
-  ``SchedulerOutput``).
-
-Every step goes to ``StepCost.observe_step`` (the exact sampler's seconds priced apart
-as σ), and each decode step without prefill to its rows' time budget
-(``RequestState.settle``). When the scheduled counts are unknown, a step with a
-prefill row is not recorded. The ``verify``/``plain`` step histogram and σ take
-only steps without prefill: a prefill step's time says nothing about decoding, and
-its last chunk's rows also sample on the exact path.
-"""
+"""Times each target step, scheduler output (``begin``) to ``propose`` (``end``), for the
+cost fits (``split_tokens``: decode/verify and prefill tokens), the rows' time budgets and
+the metrics (pure Python). Only decode steps without prefill feed σ, the budgets and the
+``verify``/``plain`` histogram: a prefill step's time says nothing about decoding."""
 
 from __future__ import annotations
 
@@ -28,23 +13,18 @@ from vllm_specdec_plugin.control.cost import StepCost
 from vllm_specdec_plugin.tuning import FIT_LOG_S
 
 logger = logging.getLogger("vllm.specdec_plugin")
-# One DEBUG line per step (off unless this logger is set to DEBUG, e.g. through vLLM's
-# VLLM_LOGGING_CONFIG_PATH: docs/serving-and-tuning.md): the timers and the fit's
-# prediction made before the step was observed, to check the cost model on served traffic.
+# One DEBUG line per step (and per draft round: draft/batch.py) when this logger is at
+# DEBUG (benchmarks/step_log.json, read by benchmarks/step_log.py): the timers and the
+# fit's prediction made before it saw the step, to check the cost model when serving.
 step_log = logging.getLogger("vllm.specdec_plugin.steps")
 
 
 def split_tokens(sampled_token_ids: list[list[int]], req_ids: list[str],
                  requests: Mapping[str, Any], scheduled: Mapping[str, int] | None
                  ) -> tuple[int, int, int, bool] | None:
-    """(decode/verify tokens, prefill tokens, decoding rows, verifies) of the step that
-    just ended.
-
-    sampled_token_ids: per row, the tokens the target emitted ([] while prefilling);
-    requests: req_id -> RequestState (``seen``: decoded since its (re)prefill,
-    ``drafted``: the drafts this step verified); scheduled: req_id -> tokens the
-    scheduler gave the row, or None when unknown (then None for a step with prefill).
-    """
+    """(decode/verify tokens: 1 + drafts a decoding row; prefill tokens: a prefilling row's
+    scheduled ones and a decoding row's beyond; decoding rows; verifies), or None for a
+    step with prefill when ``scheduled`` (req_id -> tokens) is unknown."""
     n = m = rows = 0
     verify = False
     for row, sampled in enumerate(sampled_token_ids):
@@ -66,11 +46,8 @@ def split_tokens(sampled_token_ids: list[list[int]], req_ids: list[str],
 
 
 def saved_seconds(emitted: int, rows: int, plain_s: float, step: float) -> float:
-    """Target seconds a decode step saved: what plain steps at its ``rows`` (``plain_s``
-    each, one token a row) would take for the ``emitted`` tokens, less the step itself
-    (``step``: F, its predicted time in plain steps, σ included). Predicted, not
-    measured, so that a plain step saves exactly 0 (emitted = rows, F = 1) and timer
-    noise books nothing."""
+    """Target s a decode step saved: plain steps for ``emitted`` less F (``step``, predicted:
+    a plain step saves exactly 0, timer noise books nothing)."""
     return plain_s * (emitted / max(rows, 1) - step)
 
 
@@ -84,7 +61,7 @@ class StepRecorder:
         self._t0: float | None = None  # when the current engine step began
         self._logged = time.perf_counter()  # when the fit was last logged
         self._scheduled: Mapping[str, int] | None = None
-        self._gap = 0.0  # seconds from the last step's end to this one's begin (host, scheduler)
+        self._gap = 0.0  # seconds from the last step's end to this one's begin
         self._last_end: float | None = None
 
     def begin(self, scheduled: Mapping[str, int] | None) -> None:
@@ -95,10 +72,8 @@ class StepRecorder:
 
     def end(self, sampled_token_ids: list[list[int]], req_ids: list[str],
             requests: Mapping[str, Any], exact_s: float) -> float | None:
-        """Record the step that just ended; ``exact_s``: its exact sampler seconds.
-
-        Returns the target seconds it saved against plain decoding (``saved``; 0 for a
-        step that verified nothing), or None for a step with a prefill or unpriced."""
+        """Record the step that ended (``exact_s``: its exact sampler seconds); returns the
+        target seconds it saved (``saved_seconds``), None with a prefill or unpriced."""
         if self._t0 is None:
             return None
         now = time.perf_counter()
@@ -109,17 +84,15 @@ class StepRecorder:
         if split is None:
             return None
         n, m, rows, verify = split
-        # The exact sampler runs only on verifying (and seeded) steps: priced apart as
-        # σ, so the fit sees the forward's cost per token, not a jump at the first draft.
-        exact_s = min(exact_s, seconds)
+        exact_s = min(exact_s, seconds)  # σ, apart: the fit sees the forward's cost per token
+        emitted = sum(len(s) for s in sampled_token_ids)
         if step_log.isEnabledFor(logging.DEBUG):
-            self._log_step(seconds, exact_s, n, m, rows, verify, sampled_token_ids)
+            self._log_step(seconds, exact_s, n, m, rows, verify, emitted)
         if n + m:
             self.cost.observe_step(seconds, n, m, rows, exact_s, verify)
         if m:
             return None
         plain, whole = self.cost.step_s(rows), self.cost.step_s(n, rows=rows)
-        emitted = sum(len(s) for s in sampled_token_ids)
         saved = None
         if plain and whole:  # F: the step in plain steps at its batch, as the policy priced it
             step = whole / plain + (self.cost.sigma_s(rows) / plain if verify else 0.0)
@@ -135,21 +108,18 @@ class StepRecorder:
         return saved
 
     def _log_step(self, seconds: float, exact_s: float, n: int, m: int, rows: int,
-                  verify: bool, sampled_token_ids: list[list[int]]) -> None:
-        """The DEBUG step line: measured seconds (target step, exact sampler, host gap
-        before it), the tokens, and the fit's prediction before it saw this step."""
+                  verify: bool, emitted: int) -> None:
+        """The DEBUG step line; the prediction is from before the fit saw this step."""
         ms = lambda x: "-" if x is None else f"{1e3 * x:.2f}"
-        spec = self.cost.sigma_s(rows) if verify else 0.0
-        pred = self.cost.step_s(n, m, rows=rows)
         step_log.debug("specdec step: s %s exact %s gap %s | n %d m %d rows %d verify %d emitted %d"
                        " | pred %s plain %s sigma %s", ms(seconds), ms(exact_s), ms(self._gap),
-                       n, m, rows, verify, sum(len(t) for t in sampled_token_ids), ms(pred),
-                       ms(self.cost.step_s(rows, m)), ms(spec))
+                       n, m, rows, verify, emitted, ms(self.cost.step_s(n, m, rows=rows)),
+                       ms(self.cost.step_s(rows, m)), ms(self.cost.sigma_s(rows) if verify else 0.0))
 
     def log_fit(self, batch: int) -> None:
         """One INFO line: the cost fits and the prices they give at ``batch`` rows."""
         f, p = self.cost.snapshot(), self.cost.prices(batch)
-        ms = lambda x: "-" if x is None else f"{1e3 * x:.3g}"
+        ms = lambda x: "-" if x is None else f"{1e3 * x:.3g}"  # noqa: E731
         logger.info("specdec: step cost fit: a %s ms + b %s ms/token + q %s ms/row + p %s ms/prefill"
                     " token, σ %s ms, draft catch-up %s ms/token; at B %d in plain steps: %s",
                     ms(f["a"]), ms(f["b"]), ms(f["q"]), ms(f["p"]), ms(f["sigma_s"]),

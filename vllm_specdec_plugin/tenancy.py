@@ -1,22 +1,14 @@
-"""What requests share across each other, scoped as vLLM scopes its prefix cache.
+"""What requests share, scoped as vLLM scopes its prefix cache (standard library only).
 
-vLLM shares prefix-cache blocks only between requests with the same ``cache_salt``;
-unsalted requests share only with unsalted ones. Everything this plugin learns from
-one request's text and uses for another follows the same rule:
-
-- the corpus of finished requests that n-gram drafts are looked up in;
-- the acceptance statistics learned across requests (each draft source's pooled α,
-  the acceptance of n-gram matches by length), which set other requests' k and
-  source.
-
-A scope key (``scope_key``) names who shares: ``("salt", salt)`` per salt (``None``
-for unsalted), ``("global",)`` for every request, ``None`` for a request whose salt
-did not reach the worker (it shares with no one). What stays per worker, shared by
-every request: the step-cost model (wall-clock timings: they reveal load, not text),
-the per-step budget of shadow lookups (``shadow.take_turns``: by the rows present)
-and, with adaptive k, the step policy's probe schedule and host-time term.
-
-Standard library only.
+vLLM shares prefix-cache blocks only between requests with the same ``cache_salt``
+(unsalted with unsalted). Everything the plugin learns from one request's text and uses
+for another follows the rule: the finished-request corpus n-gram drafts are looked up
+in, and the acceptance learned across requests (which sets others' k and source). A
+scope key (``scope_key``): ``("salt", salt)`` per salt (``None`` unsalted),
+``("global",)`` for all, ``None`` for a request whose salt did not reach the worker (it
+shares with no one). Per worker, shared by all: the step-cost fits (timings reveal load,
+not text), the shadow lookups' per-step budget (by the rows present), and the policy's
+probe schedule and host-time term.
 """
 
 from __future__ import annotations
@@ -36,8 +28,8 @@ V = TypeVar("V")
 
 
 def scope_key(mode: str, salt: str | None, known: bool = True) -> ScopeKey:
-    """Who a request shares with: ``mode`` is ``ngram_corpus_scope``; ``known`` is
-    False when the request's salt never reached the worker (then: no one)."""
+    """Who a request shares with (``mode``: ``ngram_corpus_scope``; ``known`` False: its
+    salt never reached the worker, no one)."""
     if mode == "global":
         return ("global",)
     return (UNSALTED[0], salt) if known else None
@@ -45,7 +37,7 @@ def scope_key(mode: str, salt: str | None, known: bool = True) -> ScopeKey:
 
 class ScopedStore(Generic[V]):
     """Per-scope values made on first use, at most ``MAX_SCOPES`` (least recently used
-    dropped). Scope ``None`` gets a fresh value that is never kept."""
+    dropped); scope ``None`` gets a fresh value, never kept."""
 
     def __init__(self, make: Callable[[], V], max_scopes: int = MAX_SCOPES) -> None:
         self._make, self._max = make, max_scopes
@@ -67,17 +59,13 @@ class ScopedStore(Generic[V]):
         """The scope's value if it has one; never creates or reorders."""
         return None if scope is None else self._values.get(scope)
 
-    def values(self) -> Iterable[V]:
-        return self._values.values()
-
     def __len__(self) -> int:
         return len(self._values)
 
 
 class ScopedCorpus:
-    """One corpus (``make_index()``: an empty ``ngram_corpus.CorpusIndex`` holding up to
-    ``max_tokens``) per scope, under one budget of ``max_tokens``: the oldest finished
-    request is evicted first, whatever its scope."""
+    """One corpus (``make_index()``: an empty ``CorpusIndex``) per scope, under one budget
+    of ``max_tokens``: the oldest finished request is evicted first, whatever its scope."""
 
     def __init__(self, max_tokens: int, make_index: Callable[[], "CorpusIndex"]) -> None:
         self.max_tokens, self._make_index = max_tokens, make_index
@@ -86,8 +74,7 @@ class ScopedCorpus:
         self._total = 0
 
     def add(self, scope: ScopeKey, tokens: Sequence[int]) -> None:
-        """Store one finished request's history (1-D token ids) in its scope's corpus;
-        nothing for scope ``None``."""
+        """Store a finished request's history in its scope's corpus (none for ``None``)."""
         if scope is None:
             return
         index = self._indexes.get(scope)
@@ -112,8 +99,7 @@ class ScopedCorpus:
         """The scope's corpus, or None (empty, or scope ``None``)."""
         return None if scope is None else self._indexes.get(scope)
 
-    def tokens_by_scope(self) -> dict[Hashable, int]:
-        """Tokens held per scope (for tests and introspection)."""
+    def tokens_by_scope(self) -> dict[Hashable, int]:  # for tests
         return {s: len(i) for s, i in self._indexes.items()}
 
     def __len__(self) -> int:
@@ -121,9 +107,8 @@ class ScopedCorpus:
 
 
 class RequestScopes:
-    """Each live request's scope and the ids aborted, as the engine process reports
-    them each step (``compat.scheduler``: new requests' cache_salt, aborted ids).
-    Once a step comes without a report, nothing is shared from then on."""
+    """Each live request's scope and the aborted ids, as the engine process reports them
+    each step (``compat.scheduler``); after a step without a report nothing is shared."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode  # ngram_corpus_scope
@@ -132,8 +117,8 @@ class RequestScopes:
         self.reported = True  # every step so far came with a report
 
     def note(self, report: tuple[dict, Iterable[str]] | None) -> bool:
-        """Take one step's report ((req_id -> salt of new requests, aborted ids), or
-        None). True when reports have just stopped (the caller warns once)."""
+        """One step's report ((req_id -> new request's salt, aborted ids) or None); True
+        when reports just stopped (the caller warns once)."""
         if report is None:
             stopped, self.reported = self.reported, False
             return stopped
@@ -148,8 +133,7 @@ class RequestScopes:
         return self._scopes.get(req_id)
 
     def finish(self, req_id: str) -> tuple[ScopeKey | None, bool]:
-        """A finished request's scope, and whether its tokens may join the corpus
-        (not aborted, and reports on)."""
+        """A finished request's scope, and whether its tokens may join the corpus."""
         scope = self._scopes.pop(req_id, None)
         aborted = req_id in self._aborted
         self._aborted.discard(req_id)

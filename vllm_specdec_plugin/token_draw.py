@@ -1,13 +1,14 @@
-"""Drawing one token from a distribution: argmax, inverse CDF, and the seeded race.
+"""Drawing one token: argmax, inverse CDF, and the noise of seeded rows (pure tensor
+functions shared by verification and `draft/sampler.py`, so both sides draw alike).
 
-Pure tensor functions, shared by verification (`rejection.py`) and the draft's sampler
-(`draft/sampler.py`), so both sides draw the same way.
-
-A seeded sampled row's token at absolute position t is first_argmax(p_t / E_t), with
-E_t [V] i.i.d. Exp(1) noise keyed by (seed, t) alone (`position_noise`): the
-exponential race makes it a sample from p_t, and the draft, drafting
-first_argmax(q_t / E_t) with the same E_t, agrees with it whenever the race picks the
-same token under q and p (the rule and its references: the `rejection.py` docstring).
+A seeded sampled request's output token i takes vLLM's own noise for that token: on
+CPU the i-th seed of the request's generator stream (`SeedStream`), through vLLM's
+fused Gumbel-max op (`compat/seeded.py`), so its text is vLLM's without speculation.
+Where vLLM has no such op (its CUDA wheels), the token at absolute position t is
+first_argmax(p_t / E_t) with E_t [V] i.i.d. Exp(1) noise keyed by (seed, t) alone
+(`position_noise`): a sample from p_t, the same whatever was drafted, but not vLLM's.
+Either way the draft drafts with the same noise on q, and agrees whenever the noisy
+argmax picks the same token under q and p (references: the `rejection.py` docstring).
 """
 
 from __future__ import annotations
@@ -60,12 +61,9 @@ def noise_seed(seed: int, position: int) -> int:
 
 def position_noise(seed: int, position: int, vocab: int,
                    device: torch.device | str = "cpu") -> torch.Tensor:
-    """E_t: [V] float32 i.i.d. Exp(1), clamped to >= the smallest normal float32, a
-    function of (seed, position, V, device type) alone.
-
-    Drawn from a fresh generator on ``device`` (so the draft and the target must sample
-    on the same device type for their drafts to agree; exactness never depends on it).
-    """
+    """E_t: [V] float32 i.i.d. Exp(1), >= the smallest normal float32, a function of (seed,
+    position, V, device type) alone, from a fresh generator on ``device`` (draft and
+    target must sample on one device type to agree; exactness never depends on it)."""
     g = torch.Generator(device=device)
     g.manual_seed(noise_seed(seed, position))
     e = torch.empty(vocab, dtype=torch.float32, device=device).exponential_(generator=g)
@@ -91,17 +89,74 @@ def coupled_token(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     return first_argmax(probs.to(torch.float32) / noise)
 
 
+class SeedStream:
+    """One seeded request's noise stream, as vLLM's CPU sampler draws it: output token i
+    takes the i-th ``torch.randint(0, 2**31, (1,), generator=g)`` of a generator seeded
+    with the request's seed (``TopKTopPSampler.forward_cpu``). Each is drawn once and
+    kept until ``release`` passes it, so a position re-verified in a later step (its
+    draft rejected before it) gets the same seed."""
+
+    __slots__ = ("seed", "prompt_len", "_gen", "_seeds", "_base")
+
+    def __init__(self, seed: int, prompt_len: int) -> None:
+        self.seed, self.prompt_len = int(seed), int(prompt_len)
+        self._gen = torch.Generator()
+        self._gen.manual_seed(self.seed)
+        self._seeds: list[int] = []  # the draws for output tokens _base, _base + 1, ...
+        self._base = 0
+
+    def seeds(self, start: int, count: int) -> list[int]:
+        """vLLM's seeds of output tokens start .. start + count - 1 (start >= the last
+        ``release``). Drops nothing: a round's later draft passes ask for tokens past
+        the ones its verification asks for next."""
+        if start < self._base:
+            raise ValueError(f"seeds of output token {start} were released "
+                             f"(up to {self._base})")
+        while self._base + len(self._seeds) < start + count:
+            self._seeds.append(int(torch.randint(0, 2**31, (1,), generator=self._gen,
+                                                 dtype=torch.long).item()))
+        i = start - self._base
+        return self._seeds[i:i + count]
+
+    def release(self, done: int) -> None:
+        """Forget the seeds of output tokens before ``done`` (emitted: never sampled
+        again). Verification calls it with the outputs committed so far."""
+        drop = min(max(done - self._base, 0), len(self._seeds))
+        del self._seeds[:drop]
+        self._base += drop
+
+    def noise(self, start: int, count: int, vocab: int,
+              device: torch.device | str = "cpu") -> torch.Tensor:
+        """The race's noise E_t of output tokens start .. start + count - 1 (absolute
+        positions prompt_len + i): [count, V] float32, where vLLM's op is missing."""
+        return position_noise_rows(self.seed, self.prompt_len + start, count, vocab, device)
+
+
+class SeedStreams:
+    """The ``SeedStream`` of each live seeded request, by request id (the proposer owns
+    one; verification and drafting read the same)."""
+
+    def __init__(self) -> None:
+        self._streams: dict[str, SeedStream] = {}
+
+    def get(self, req_id: str, seed: int, prompt_len: int) -> SeedStream:
+        stream = self._streams.get(req_id)
+        if stream is None:
+            stream = self._streams[req_id] = SeedStream(seed, prompt_len)
+        return stream
+
+    def forget(self, req_id: str) -> None:
+        self._streams.pop(req_id, None)
+
+
 def sample_from_weights(
     weights: torch.Tensor,  # [..., V] float, >= 0, positive sum per row
     uniform: torch.Tensor,  # [...] float64 in [0, 1)
 ) -> torch.Tensor:
-    """Inverse-CDF sampling: token i with probability weights[i] / sum(weights).
-
-    Returns [...] int64. The float64 cumulative sum makes rounding bias negligible,
-    and a zero-weight token is never returned: it would need cdf[i-1] <= x < cdf[i]
-    with cdf[i] == cdf[i-1]. The only rounding edge, x == total, is clamped to the
-    last positive-weight token.
-    """
+    """Inverse-CDF sampling ([...] int64): token i with probability weights[i] /
+    sum(weights). The float64 cumulative sum makes rounding bias negligible; a zero-weight
+    token needs cdf[i-1] <= x < cdf[i] = cdf[i-1], so never comes; the one rounding edge,
+    x == total, is clamped to the last positive-weight token."""
     cdf = weights.double().cumsum(dim=-1)
     x = (uniform * cdf[..., -1]).unsqueeze(-1)
     index = torch.searchsorted(cdf, x, right=True).squeeze(-1)

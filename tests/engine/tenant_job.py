@@ -40,7 +40,7 @@ def _model_clock() -> None:
 def main(job_path: str, out_path: str) -> None:
     from vllm import LLM, SamplingParams
 
-    from vllm_specdec_plugin.compat.introspect import flush_finished, proposer_snapshot
+    from specdec_testing.introspect import flush_finished, proposer_snapshot
 
     _model_clock()
     job = json.loads(open(job_path).read())

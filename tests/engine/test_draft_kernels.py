@@ -7,7 +7,8 @@ rollback by trim. For the Llama draft and its Qwen2 twin (a second architecture)
 import pytest
 import torch
 
-from vllm_specdec_plugin.compat import draft_model, standalone
+from specdec_testing import standalone
+from vllm_specdec_plugin.compat import draft_model
 from vllm_specdec_plugin.draft.round import _slots
 
 BS = 32

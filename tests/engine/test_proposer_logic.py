@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_specdec_plugin.compat import standalone
+from specdec_testing import standalone
 from vllm_specdec_plugin.proposer import DraftModelProposer
 from vllm_specdec_plugin.tenancy import UNSALTED
 
@@ -114,7 +114,7 @@ def test_drafts_are_the_draft_models_greedy_continuation(tiny, monkeypatch):
 
 def test_each_draft_round_logs_one_debug_line(tiny, monkeypatch, caplog):
     """A round logs its seconds, the committed tokens it fed, its rows, drafts and
-    passes at DEBUG on the step logger (experiments/step_log turns it on), so a long
+    passes at DEBUG on the step logger (benchmarks/step_log.json turns it on), so a long
     ``sample_tokens`` in a served timeline can be told apart from a host pause."""
     import logging
     import re

@@ -1,5 +1,9 @@
 """Same seed, same output: a seeded sampled request's tokens do not depend on its
-draft schedule (rejection.py: the position-keyed race).
+draft schedule. Each output token takes the request's own noise for that token
+(rejection.py docstring): on CPU vLLM's own, its fused Gumbel-max op with the i-th seed
+of the request's generator stream, which the plugin replays (token_draw.SeedStream,
+compat/seeded.py; test_seeded_matches_vllm.py checks the text is vLLM's without
+speculation); where vLLM has no such op, the race on noise keyed by (seed, position).
 
 One seeded request (temperature 0.8, k = 8) runs alone, among 15 unseeded sampled
 and greedy neighbours, and beside a neighbour that reaches max_model_len (vLLM then
@@ -8,12 +12,13 @@ gpu_model_runner ``_input_fits_in_drafter``), 3 times each, in "draft", "hybrid"
 adaptive "hybrid" engines (one engine per mode). Its output must be identical in all
 27 runs; the placements must really have changed its draft schedule (drafted-token
 counts differ), and another seed must give another output. A self-drafting engine
-(the target as its own draft, so q ~= p) checks that the draft side races on the
-positions verification uses: its seeded drafts are then accepted almost always.
+(the target as its own draft, so q ~= p) checks that the draft side drafts each
+output token with the noise its verification uses for that token: its seeded drafts
+are then accepted almost always.
 
-The code before position-keyed sampling (per-request generators, one draw per
-drafted token) fails the first test: in hybrid and adaptive hybrid engines all 17
-other runs differed from the first.
+The code before seeded rows took noise keyed by output token (per-request generators,
+one draw per drafted token) fails the first test: in hybrid and adaptive hybrid
+engines all 17 other runs differed from the first.
 """
 
 import pytest
@@ -93,10 +98,15 @@ def test_placements_changed_the_draft_schedule(results):
         # The neighbour at max_model_len really ran to it (so the batch-wide skip ran).
         long = [o for o in res["jobs"]["maxlen-0"] if o["prompt_len"] == len(LONG_PROMPT)]
         assert len(long) == 1 and len(long[0]["token_ids"]) == MAX_MODEL_LEN - len(LONG_PROMPT)
+    # Fixed k: neighbours move the schedule only through vLLM's batch (the skip near
+    # max_model_len, chunked steps). Whether the skip lands on a step where the seeded
+    # row would have drafted depends on timing, so one run may match "alone" (CI:
+    # maxlen 141, 157, 141 against alone 141): check the placements across runs.
     draft = results["draft"]
-    counts = {pl: _seeded(draft, f"{pl}-0")["spec_decode"]["num_draft_tokens"]
-              for pl in PLACEMENTS}
-    assert counts["maxlen"] != counts["alone"], counts   # fixed k: only the skip moves it
+    alone = {_seeded(draft, f"alone-{r}")["spec_decode"]["num_draft_tokens"] for r in range(RUNS)}
+    moved = {_seeded(draft, f"{pl}-{r}")["spec_decode"]["num_draft_tokens"]
+             for pl in PLACEMENTS if pl != "alone" for r in range(RUNS)}
+    assert moved - alone, (alone, moved)
 
 
 def test_another_seed_gives_another_output(results):
@@ -105,10 +115,11 @@ def test_another_seed_gives_another_output(results):
 
 
 def test_draft_races_on_the_positions_verification_uses(ci_pair):
-    """With the target drafting for itself (q ~= p), a seeded draft at position t is
-    the race on q_t and E_t, the target's on p_t and E_t: accepted nearly always if
-    the draft and the verification key the same t. With the draft's positions shifted
-    by one (a deliberate bug, tried once here), 30 of 1,055 drafts were accepted."""
+    """With the target drafting for itself (q ~= p), a seeded draft of output token i
+    is the noisy argmax of q_i with token i's noise, the target's of p_i with the same:
+    accepted nearly always if the draft and the verification take the same token's
+    noise. With the draft's positions shifted by one (a deliberate bug, tried once here,
+    with the position-keyed race), 30 of 1,055 drafts were accepted."""
     jobs = [{"name": "seeded", "prompts": PROMPTS[:8], "batch_size": 8,
              "params": [{"temperature": 1.0, "seed": 10 + i, "max_tokens": 40, "ignore_eos": True}
                         for i in range(8)]}]

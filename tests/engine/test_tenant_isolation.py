@@ -41,6 +41,8 @@ def _run(pair, scope: str, phases: list[dict]) -> dict:
         job, out = Path(d, "job.json"), Path(d, "out.json")
         job.write_text(json.dumps({"engine": engine_kwargs(pair.target, spec), "phases": phases}))
         env = {**os.environ, **ENGINE_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+        env["PYTHONPATH"] = os.pathsep.join(  # specdec_testing lives at the repo root
+            filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
         p = subprocess.run([sys.executable, str(JOB), str(job), str(out)], env=env,
                            capture_output=True, text=True, timeout=900)
         if p.returncode != 0 or not out.exists():

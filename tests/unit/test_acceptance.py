@@ -18,17 +18,11 @@ from vllm_specdec_plugin.control.acceptance import (Acceptance, ScopeRecord, evi
                                                     expected_tokens, match_key)
 from vllm_specdec_plugin.control.policy import Offer, RowView, StepView, decide
 from vllm_specdec_plugin.tenancy import ScopedStore
+from test_estimators import draw_accepted
 from vllm_specdec_plugin.tuning import (ALPHA_DECAY, ALPHA_MAX, OUTPUT_WINDOW, PRIOR_ALPHA,
                                         PRIOR_WEIGHT, SCOPE_DECAY)
 
 pytestmark = pytest.mark.unit
-
-
-def draw_accepted(rng: random.Random, alpha: float, k: int) -> int:
-    n = 0
-    while n < k and rng.random() < alpha:
-        n += 1
-    return n
 
 
 # -- evidence and E[N] -----------------------------------------------------------------

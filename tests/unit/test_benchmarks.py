@@ -1,18 +1,11 @@
-"""Benchmark suite: the analytic bound, paired-ratio statistics, the harness plumbing.
-
-Unit tests need no engine. ``test_quick_smoke_fast`` (engine tier) runs the real
-harness on the ci pair with two configurations and one tiny workload and checks the
-shape of what it writes, never speed; ``test_quick_smoke`` (slow tier) runs the
-whole ``--quick`` mode. ``test_gpu_reference_*`` covers the GPU script (gpu tier).
+"""The serving benchmark's plumbing (configurations, workloads, report) and the step-log
+summary; no engine. tests/engine/test_serving_smoke.py runs the harness itself.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,91 +15,10 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks import analysis, analytic, stats  # noqa: E402
-from benchmarks.configs import (QUICK_CONFIGS, TABLE, WORKLOADS, Entry,  # noqa: E402
-                                expand, select)
+from benchmarks import stats  # noqa: E402
+from benchmarks.configs import TABLE, Entry, expand, select  # noqa: E402
 
-# ----------------------------------------------------------------- analytic bound
-
-
-def brute_expected_tokens(alpha: float, k: int) -> float:
-    """E[N] straight from the definition: P(N = n) over n = 1..k+1."""
-    total = 0.0
-    for n in range(1, k + 2):
-        p = alpha ** (n - 1) * ((1 - alpha) if n <= k else 1.0)
-        total += n * p
-    return total
-
-
-@pytest.mark.unit
-@pytest.mark.parametrize("alpha", [0.0, 0.1, 0.5, 0.8, 0.9, 0.99])
-@pytest.mark.parametrize("k", [0, 1, 2, 4, 8])
-def test_expected_tokens_matches_closed_form_and_definition(alpha, k):
-    got = analytic.expected_tokens_per_round(alpha, k)
-    assert got == pytest.approx(brute_expected_tokens(alpha, k), rel=1e-12)
-    if alpha < 1:
-        assert got == pytest.approx((1 - alpha ** (k + 1)) / (1 - alpha), rel=1e-12)
-
-
-@pytest.mark.unit
-@pytest.mark.parametrize("k", [1, 3, 6])
-def test_bound_alpha_to_one_limit(k):
-    assert analytic.expected_tokens_per_round(1.0, k) == k + 1
-    for eps in (1e-6, 1e-9, 1e-12):
-        assert analytic.expected_tokens_per_round(1 - eps, k) == pytest.approx(k + 1, abs=1e-4)
-    # The closed form is 0/0 at alpha = 1; ours is continuous through it.
-    c = 0.05
-    assert analytic.speedup_bound(1.0, k, c) == pytest.approx((k + 1) / (1 + k * c))
-    assert analytic.speedup_bound(1 - 1e-10, k, c) == pytest.approx((k + 1) / (1 + k * c))
-
-
-@pytest.mark.unit
-def test_bound_known_values_and_limits():
-    # alpha = 0.8, k = 4: E[N] = 1 + .8 + .64 + .512 + .4096 = 3.3616
-    assert analytic.expected_tokens_per_round(0.8, 4) == pytest.approx(3.3616)
-    assert analytic.speedup_bound(0.8, 4, 0.1) == pytest.approx(3.3616 / 1.4)
-    assert analytic.speedup_bound(0.8, 4, 0.0) == pytest.approx(3.3616)   # free draft
-    assert analytic.speedup_bound(0.0, 4, 0.1) == pytest.approx(1 / 1.4)  # never accepted
-    assert analytic.speedup_bound(0.5, 0, 0.3) == 1.0                      # k = 0: no speculation
-    assert analytic.efficiency(1.5, 2.0) == 0.75
-    assert analytic.unconditional_acceptance(0.8, 3) == pytest.approx([0.8, 0.64, 0.512])
-
-
-@pytest.mark.unit
-def test_bound_rejects_bad_inputs():
-    for bad in (-0.1, 1.1, float("nan")):
-        with pytest.raises(ValueError):
-            analytic.expected_tokens_per_round(bad, 3)
-    with pytest.raises(ValueError):
-        analytic.expected_tokens_per_round(0.5, -1)
-    with pytest.raises(ValueError):
-        analytic.speedup_bound(0.5, 2, -0.01)
-    with pytest.raises(ValueError):
-        analytic.efficiency(1.0, 0.0)
-
-
-@pytest.mark.unit
-@pytest.mark.parametrize("k", [1, 2, 4, 7])
-def test_alpha_from_mean_length_inverts_expected_tokens(k):
-    for alpha in (0.0, 0.05, 0.3, 0.6, 0.8, 0.95, 1.0):
-        n = analytic.expected_tokens_per_round(alpha, k)
-        assert analytic.alpha_from_mean_accepted_length(n, k) == pytest.approx(alpha, abs=1e-9)
-    assert analytic.alpha_from_mean_accepted_length(0.5, k) == 0.0      # clamped
-    assert analytic.alpha_from_mean_accepted_length(k + 5, k) == 1.0
-
-
-@pytest.mark.unit
-def test_vllm_acceptance_ratio_is_not_the_iid_alpha():
-    """accepted / draft tokens (vLLM) = E[accepted] / k, below the conditional alpha."""
-    alpha, k = 0.8, 4
-    expected_accepted = analytic.expected_tokens_per_round(alpha, k) - 1
-    ratio = expected_accepted / k
-    assert ratio == pytest.approx(sum(analytic.unconditional_acceptance(alpha, k)) / k)
-    assert ratio < alpha - 0.2
-    assert analytic.alpha_from_mean_accepted_length(1 + expected_accepted, k) == pytest.approx(alpha)
-
-
-# ------------------------------------------------------------ paired statistics
+# ------------------------------------------------------------------ statistics
 
 
 @pytest.mark.unit
@@ -131,132 +43,6 @@ def test_geomean_averages_ratios():
             stats.geomean(bad)
 
 
-@pytest.mark.unit
-def test_paired_ratios_cancel_common_drift():
-    """A drift that scales both configurations alike leaves every paired ratio exact,
-    while the spread of unpaired throughput is large."""
-    drift = [1.0, 0.7, 1.3, 0.9, 1.1]
-    base = [100 * d for d in drift]
-    spec = [150 * d for d in drift]
-    r = stats.paired_ratios(spec, base)
-    assert r == pytest.approx([1.5] * 5)
-    s = stats.summarize(r)
-    assert s["median"] == pytest.approx(1.5) and s["rel_iqr"] == pytest.approx(0, abs=1e-12)
-    assert stats.summarize(spec)["rel_iqr"] > 0.1
-    # Unpaired (median of one over median of other) would also be 1.5 here, but pairing
-    # is what keeps the *spread* honest; mixing reps breaks it:
-    shuffled = stats.paired_ratios(spec, base[1:] + base[:1])
-    assert stats.summarize(shuffled)["rel_iqr"] > 0.1
-
-
-@pytest.mark.unit
-def test_paired_ratios_validate():
-    with pytest.raises(ValueError):
-        stats.paired_ratios([1.0, 2.0], [1.0])
-    with pytest.raises(ValueError):
-        stats.paired_ratios([1.0], [0.0])
-    with pytest.raises(ValueError):
-        stats.paired_ratios([-1.0], [1.0])
-
-
-@pytest.mark.unit
-def test_summarize_fields():
-    s = stats.summarize([1.0, 2.0, 3.0, 4.0, 10.0])
-    assert s["n"] == 5 and s["median"] == 3.0 and s["min"] == 1.0 and s["max"] == 10.0
-    assert s["q25"] == 2.0 and s["q75"] == 4.0
-    assert s["rel_iqr"] == pytest.approx(2 / 3)
-    assert stats.summarize([]) == {"n": 0}
-
-
-@pytest.mark.unit
-def test_median_ci_coverage_is_exact_and_honest():
-    # n = 5: even [min, max] covers the median only with 1 - 2/32 = 93.75%.
-    lo, hi, cov = stats.median_ci([5, 1, 4, 2, 3], 0.95)
-    assert (lo, hi) == (1, 5) and cov == pytest.approx(0.9375)
-    # n = 10: [x(2), x(9)] covers with 1 - 2 * 11/1024 = 97.9%; [x(3), x(8)] only 89%.
-    xs = list(range(1, 11))
-    lo, hi, cov = stats.median_ci(xs, 0.95)
-    assert (lo, hi) == (2, 9) and cov == pytest.approx(1 - 2 * 11 / 1024)
-    lo, hi, cov = stats.median_ci(xs, 0.80)
-    assert (lo, hi) == (3, 8) and cov == pytest.approx(1 - 2 * 56 / 1024)
-    assert stats.median_ci([7.0]) == (7.0, 7.0, 0.0)
-
-
-@pytest.mark.unit
-def test_median_ci_coverage_by_simulation():
-    """The order-statistic interval covers the true median at least as often as claimed."""
-    import random
-
-    rng = random.Random(0)
-    n, trials, hits = 9, 4000, 0
-    claimed = stats.median_ci(list(range(n)), 0.9)[2]
-    for _ in range(trials):
-        xs = [rng.expovariate(1.0) for _ in range(n)]   # true median ln 2
-        lo, hi, _ = stats.median_ci(xs, 0.9)
-        hits += lo <= math.log(2) <= hi
-    # binomial sd at p ~ 0.96, n = 4000 is ~0.003
-    assert hits / trials >= claimed - 0.015
-
-
-# ------------------------------------------------------ analysis of recorded runs
-
-
-def _run(config, rep, tps, *, spec=None, timers=None, proposer=None, workload="w", temperature=0.0,
-         outputs=None):
-    return {"group": 0, "rep": rep, "config": config, "workload": workload,
-            "temperature": temperature, "tps": tps, "output_tokens": 64, "spec": spec or {},
-            "timers": timers, "proposer": proposer, "outputs": outputs, "contended": False}
-
-
-@pytest.mark.unit
-def test_derive_and_summarize_paired_runs():
-    configs = {"nospec": {"is_baseline": True, "k": 0, "method": "none", "family": "nospec"},
-               "p-k4": {"is_baseline": False, "k": 4, "method": "plugin", "family": "p"}}
-    workloads = {"w": {"batch_size": 1}}
-    base_t = {"decode:1": {"steps": 63, "target_s": 0.63, "propose_s": 0.0},
-              "mixed:1": {"steps": 1, "target_s": 0.05, "propose_s": 0.0}}
-    spec_t = {"decode:1": {"steps": 20, "target_s": 0.24, "propose_s": 0.08},
-              "mixed:1": {"steps": 1, "target_s": 0.05, "propose_s": 0.01}}
-    spec = {"drafts": 20.0, "draft_tokens": 80.0, "accepted": 40.0, "accepted_per_pos": [16.0, 11.0, 8.0, 5.0]}
-    runs = []
-    for rep, drift in enumerate([1.0, 0.8, 1.2]):
-        runs.append(_run("nospec", rep, 100 * drift, timers=base_t, outputs=[[1, 2, 3]]))
-        runs.append(_run("p-k4", rep, 200 * drift, spec=spec, timers=spec_t,
-                         proposer={"draft_seconds": 0.06, "draft_forwards": 80}, outputs=[[1, 2, 3]]))
-    analysis.derive_all(runs, configs, workloads)
-    d = runs[1]["derived"]
-    assert d["speedup"] == pytest.approx(2.0)
-    assert d["alpha_vllm"] == pytest.approx(0.5)
-    assert d["mean_accepted_len"] == pytest.approx(3.0)
-    assert d["accept_by_pos"] == pytest.approx([0.8, 0.55, 0.4, 0.25])
-    assert d["t_target"] == pytest.approx(0.01)
-    assert d["t_draft"] == pytest.approx(0.08 / 20 / 4)
-    assert d["c_prime"] == pytest.approx(0.1)
-    assert d["c_prime_fwd"] == pytest.approx(0.06 / 80 / 0.01)
-    assert d["verify_ratio"] == pytest.approx(1.2)
-    assert d["bound"] == pytest.approx(3.0 / 1.4)
-    assert d["efficiency"] == pytest.approx(2.0 / (3.0 / 1.4))
-    assert analytic.expected_tokens_per_round(d["alpha_eff"], 4) == pytest.approx(3.0)
-    assert d["greedy_identical"] == 1 and d["greedy_requests"] == 1
-    summary = {(c["config"]): c for c in analysis.summarize_cells(runs, configs)}
-    s = summary["p-k4"]
-    assert s["speedup"]["median"] == pytest.approx(2.0) and s["speedup"]["wins"] == 3
-    assert s["speedup"]["rel_iqr"] == pytest.approx(0, abs=1e-12)
-    assert s["mean_accepted_len"] == pytest.approx(3.0) and s["greedy_identical"] == [3, 3]
-    assert "speedup" not in summary["nospec"] or summary["nospec"]["speedup"]["median"] == 1.0
-
-
-@pytest.mark.unit
-def test_counter_deltas():
-    before = {"vllm:spec_decode_num_drafts": 10, "vllm:spec_decode_num_accepted_tokens_per_pos": [5, 3]}
-    after = {"vllm:spec_decode_num_drafts": 25, "vllm:spec_decode_num_accepted_tokens_per_pos": [12, 7, 1]}
-    d = analysis.counter_delta(before, after)
-    assert d["drafts"] == 15 and d["accepted_per_pos"] == [7, 4, 1]
-    assert analysis.counter_delta(None, {}) == {}
-    assert analysis.proposer_delta({"draft_seconds": 1.0}, {"draft_seconds": 3.5})["draft_seconds"] == 2.5
-    assert analysis.proposer_delta(None, None) is None
-
-
 # ----------------------------------------------------------- configuration table
 
 
@@ -265,7 +51,6 @@ def test_config_table_and_selection():
     cfgs = expand()
     names = [c.name for c in cfgs]
     assert names[0] == "nospec" and {"draft_model-k4", "ngram-k4", "plugin-k4"} <= set(names)
-    assert all(q in names for q in QUICK_CONFIGS)
     by = {c.name: c for c in cfgs}
     assert by["nospec"].speculative_config("/d") is None
     assert by["nospec"].vllm_plugins == "" and by["plugin-k4"].vllm_plugins == "specdec"
@@ -317,29 +102,11 @@ def test_speculative_configs_validate_in_installed_vllm():
 
 
 @pytest.mark.unit
-def test_group_planning_keeps_baseline_in_every_group():
-    from benchmarks.run_plan import plan_groups
-
-    cfgs = expand()
-    groups = plan_groups(cfgs, 6)
-    assert all(g[0].name == "nospec" for g in groups)
-    assert all(len(g) <= 6 for g in groups)
-    seen = [c.name for g in groups for c in g[1:]]
-    assert sorted(seen) == sorted(c.name for c in cfgs if not c.is_baseline)
-    # Same-k configurations share a group (tightly paired head-to-head).
-    where = {c.name: i for i, g in enumerate(groups) for c in g}
-    assert where["plugin-k4"] == where["draft_model-k4"]
-    assert len(plan_groups(cfgs, 100)) == 1
-
-
-@pytest.mark.unit
-def test_prompt_sets_ship_enough_prompts():
+def test_the_mixed_prompt_set_ships_its_eight_prompts():
     from benchmarks.workloads import load_prompt_set
 
-    for w in WORKLOADS.values():
-        prompts = load_prompt_set(w.prompt_set)
-        assert len(prompts) >= w.num_prompts, w.name
-        assert all(p.strip() and "%%%%" not in p for p in prompts)
+    prompts = load_prompt_set("mixed")
+    assert len(prompts) == 8 and all(p.strip() and "%%%%" not in p for p in prompts)
 
 
 @pytest.mark.unit
@@ -672,106 +439,6 @@ def test_vllm_plugins_empty_string_loads_nothing(monkeypatch):
         assert set(plugins.load_plugins_by_group(plugins.DEFAULT_PLUGINS_GROUP)) == want, value
 
 
-# ------------------------------------------------------------------- report files
-
-
-def _check_outputs(out: Path, configs: list[str], workloads: list[str], temps: list[float]):
-    res = json.loads((out / "results.json").read_text())
-    meta = res["meta"]
-    for key in ("git", "versions", "machine", "thread_settings", "env", "engine_env", "engines",
-                "groups", "args", "engine_kwargs"):
-        assert key in meta, key
-    assert meta["partial"] is False
-    assert {c["name"] for c in res["configs"]} == set(configs)
-    cells = {(c["config"], c["workload"], c["temperature"]) for c in res["summary"]}
-    assert cells == {(c, w, t) for c in configs for w in workloads for t in temps}
-    for c in res["summary"]:
-        assert c["tps"]["median"] > 0
-        assert c["speedup"]["n"] == meta["args"]["reps"]
-        if c["k"]:
-            for key in ("alpha_vllm", "mean_accepted_len", "accept_by_pos", "c_prime", "bound",
-                        "efficiency", "t_target", "t_draft"):
-                assert key in c, (c["config"], key)
-            assert len(c["accept_by_pos"]) == c["k"]
-            assert 1.0 <= c["mean_accepted_len"] <= c["k"] + 1
-    for e in meta["engines"].values():
-        assert (e["plugin_registrations"] > 0) == (e["vllm_plugins"] == "specdec")
-    md = (out / "results.md").read_text()
-    assert "| config | tok/s | speedup |" in md and all(c in md for c in configs)
-    for png in ("speedup_vs_k.png", "acceptance_by_position.png", "speedup_vs_batch.png"):
-        data = (out / png).read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000, png
-    return res
-
-
-def _bench(args: list[str], timeout: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    p = subprocess.run([sys.executable, "-m", "benchmarks.run", *args, "--no-progress"],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
-    return p
-
-
-@pytest.mark.engine
-def test_quick_smoke_fast(tmp_path, request):
-    """--quick on the ci pair, nospec + plugin-k2, one tiny workload: the harness writes
-    complete JSON / Markdown / PNG outputs (structure only, never speed)."""
-    out = tmp_path / "res"
-    _bench(["--quick", "--pair", "ci", "--configs", "plugin-k2", "--workloads", "single",
-            "--temps", "0", "--reps", "2", "--max-tokens", "16", "--warmup-tokens", "4",
-            "--wait-quiet", "30", "--out", str(out)], timeout=600)
-    res = _check_outputs(out, ["nospec", "plugin-k2"], ["single"], [0.0])
-    assert res["meta"]["engines"]["plugin-k2@g0"]["vllm_plugins"] == "specdec"
-    # Re-rendering from the JSON alone works (report-only mode).
-    (out / "results.md").unlink()
-    _bench(["--report-only", str(out / "results.json")], timeout=120)
-    assert (out / "results.md").exists()
-
-
-@pytest.mark.slow
-@pytest.mark.engine
-def test_quick_smoke(tmp_path, request):
-    """The full --quick mode (bench pair) runs end to end; a harness check, not a speed test."""
-    from benchmarks.configs import QUICK_WORKLOADS
-
-    out = tmp_path / "quick"
-    _bench(["--quick", "--out", str(out)], timeout=1800)
-    _check_outputs(out, list(QUICK_CONFIGS), list(QUICK_WORKLOADS), [0.0, 0.8])
-
-
-# ---------------------------------------------------------------------- GPU script
-
-
-@pytest.mark.unit
-def test_gpu_reference_is_valid_and_importable():
-    src = (REPO / "benchmarks" / "gpu_reference.py").read_text()
-    ast.parse(src)
-    import benchmarks.gpu_reference as g
-
-    cfg1, cfg3 = g.llama32_config("1B"), g.llama32_config("3B")
-    assert (cfg1["hidden_size"], cfg1["num_hidden_layers"], cfg1["num_attention_heads"],
-            cfg1["num_key_value_heads"], cfg1["intermediate_size"]) == (2048, 16, 32, 8, 8192)
-    assert (cfg3["hidden_size"], cfg3["num_hidden_layers"], cfg3["num_attention_heads"],
-            cfg3["num_key_value_heads"], cfg3["intermediate_size"]) == (3072, 28, 24, 8, 8192)
-    for c in (cfg1, cfg3):
-        assert c["vocab_size"] == 128256 and c["tie_word_embeddings"] is True
-        assert c["rope_scaling"]["rope_type"] == "llama3" and c["rope_scaling"]["factor"] == 32.0
-    spec = g.synthetic_spec({"method": "draft_model", "num_speculative_tokens": 3}, 0.8)
-    assert spec["rejection_sample_method"] == "synthetic"
-    assert spec["synthetic_acceptance_rates"] == pytest.approx([0.8, 0.64, 0.512])
-
-
-@pytest.mark.gpu
-def test_gpu_reference_runs(tmp_path):
-    """On a GPU machine: one short reference run at alpha 0.8 finishes and reports."""
-    p = subprocess.run([sys.executable, "-m", "benchmarks.gpu_reference", "--alphas", "0.8",
-                        "--ks", "4", "--reps", "1", "--max-tokens", "32", "--workloads", "single",
-                        "--out", str(tmp_path / "gpu")], cwd=REPO, capture_output=True, text=True,
-                       timeout=3600, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert p.returncode == 0, p.stderr[-6000:]
-    assert (tmp_path / "gpu" / "results.json").exists()
-
-
 def test_steady_ttft_drops_a_closed_loops_start_burst():
     from benchmarks.serving_client import Load, steady_ttft
 
@@ -781,45 +448,6 @@ def test_steady_ttft_drops_a_closed_loops_start_burst():
     assert got["steady_p50_ttft_ms"] == 2000.0 and abs(got["steady_p99_ttft_ms"] - 2980.0) < 1e-6
     assert steady_ttft(cell, Load("request_rate", 2.0))["steady_p50_ttft_ms"] == 3000.0
     assert steady_ttft({"ttfts": [1.0]}, Load("request_rate", 1.0)) == {}
-
-
-@pytest.mark.unit
-def test_throughput_ceiling_spends_the_first_token_budget_and_verifies_every_decode_token(tmp_path):
-    """The ceiling: the rest grows by 10 % of verify tokens (b ms each, α accepted),
-    the remaining decode tokens come at the verifying steps' ms per token; b is the
-    last fit the plugin's server logged before the cell ended."""
-    from benchmarks import throughput_ceiling as tc
-
-    # rest 10 s -> +1 s = 250 verify tokens at 4 ms, 200 accepted; 1,000 decode tokens
-    # -> 800 at 5 ms = 4 s: 15 s.
-    assert tc.ceiling_s(rest_s=10.0, decode_tokens=1000, verify_ms_per_token=5.0, b_ms=4.0,
-                        alpha=0.8) == pytest.approx(15.0)
-    assert tc.ceiling_s(rest_s=10.0, decode_tokens=100, verify_ms_per_token=5.0, b_ms=4.0,
-                        alpha=0.8) == pytest.approx(11.0)  # gains beyond the decode tokens: none
-
-    def cell(config, tput, spec=None):
-        return {"config": config, "workload": "unique", "max_concurrency": 8, "repetition": 0,
-                "date": "20261128-043649", "duration": 20.0, "total_output_tokens": 1200,
-                "output_throughput": tput, **({"spec": spec} if spec else {})}
-
-    spec = {"verify_step_s": 5.0, "verify_emitted": 1000.0, "plain_step_s": 2.0,
-            "plain_emitted": 200.0, "draft_s": 3.0, "draft_tokens": 1000.0, "accepted": 800.0}
-    (tmp_path / "serving.json").write_text(json.dumps({"cells": [
-        cell("nospec", 40.0), cell("suffix-k32", 50.0), cell("plugin-x", 60.0, spec)]}))
-    (tmp_path / "serve-plugin-x-rep0.log").write_text(
-        "(Worker pid=1) INFO 11-28 04:30:00 [step_record.py:116] specdec: step cost fit: "
-        "a 50 ms + b 9 ms/token + p 2 ms/prefill token, σ 1 ms; at B 8: v 0.4\n"
-        "(Worker pid=1) INFO 11-28 04:36:04 [step_record.py:116] specdec: step cost fit: "
-        "a 50 ms + b 4 ms/token + p 2 ms/prefill token, σ 1 ms; at B 8: v 0.4\n"
-        "(Worker pid=1) INFO 11-28 04:40:00 [step_record.py:116] specdec: step cost fit: "
-        "a 50 ms + b 1 ms/token + p 2 ms/prefill token, σ 1 ms; at B 8: v 0.4\n")
-    (row,) = tc.rows_of(tmp_path, "suffix-k32")
-    assert row["b_ms"] == 4.0 and row["alpha"] == 0.8 and row["rest_s"] == pytest.approx(10.0)
-    # 1,200 decode tokens: 10 + 1 + (1200 - 200) * 5 ms = 16 s; no speculation took 30 s.
-    assert row["ceiling"] == pytest.approx(30.0 / 16.0)
-    assert row["measured"] == 1.5 and row["other"] == 1.25
-    (line,) = [ln for ln in tc.lines(tmp_path, "suffix-k32") if "plugin-x" in ln]
-    assert "| 5.00 | 10.00 | 4.00 | 0.80 | 1.50x | 1.88x | 1.25x | 1.38x |" in line
 
 
 @pytest.mark.unit
@@ -867,3 +495,46 @@ def test_sharegpt_answers_are_cut_at_lengths_of_their_own_with_a_spread(tmp_path
     long = [n for n in varied if n != 8]
     assert min(long) >= 64 and max(long) <= 192 and len(set(long)) > 20
     assert varied.count(8) == fixed.count(8) == 6   # short answers stay whole
+
+
+STEP_LOG = """\
+(APIServer pid=10) INFO 12-06 10:00:00 [api_server.py:1200] Starting vLLM API server 0 on http://127.0.0.1:8000
+(EngineCore_DP0 pid=11) DEBUG 12-06 10:00:01 [step_record.py:150] specdec step: s 120.00 exact 0.00 gap 0.00 | n 0 m 40 rows 0 verify 0 emitted 1 | pred - plain - sigma 0.00
+(EngineCore_DP0 pid=11) DEBUG 12-06 10:00:01 [step_record.py:150] specdec step: s 40.00 exact 0.00 gap 1.00 | n 2 m 0 rows 2 verify 0 emitted 2 | pred 41.00 plain 41.00 sigma 0.00
+(EngineCore_DP0 pid=11) DEBUG 12-06 10:00:01 [batch.py:93] specdec round: s 5.00 fed 2 rows 2 drafts 8 passes 4
+(EngineCore_DP0 pid=11) DEBUG 12-06 10:00:01 [step_record.py:150] specdec step: s 60.00 exact 3.00 gap 6.00 | n 10 m 0 rows 2 verify 1 emitted 6 | pred 55.00 plain 41.00 sigma 2.50
+(EngineCore_DP0 pid=11) DEBUG 12-06 10:00:02 [step_record.py:150] specdec step: s 44.00 exact 0.00 gap 1.40 | n 4 m 0 rows 4 verify 0 emitted 4 | pred 43.00 plain 43.00 sigma 0.00
+(EngineCore_DP0 pid=11) DEBUG 12-06 10:00:02 [step_record.py:150] specdec step: s 70.00 exact 3.50 gap 7.00 | n 12 m 0 rows 4 verify 1 emitted 9 | pred 66.00 plain 43.00 sigma 2.60
+(EngineCore_DP0 pid=11) DEBUG 12-06 10:00:02 [step_record.py:150] specdec step: s 150.00 exact 0.00 gap 2.00 | n 4 m 64 rows 4 verify 0 emitted 5 | pred 140.00 plain 130.00 sigma 0.00
+(EngineCore_DP0 pid=11) DEBUG 12-06 10:00:03 [step_record.py:150] specdec step: s 42.00 exact 0.00 gap 1.20 | n 3 m 0 rows 3 verify 0 emitted 3 | pred 42.00 plain 42.00 sigma 0.00
+(APIServer pid=10) WARNING 12-06 10:00:04 [serving.py:300] something unrelated
+"""
+
+
+def test_step_log_summarises_decode_steps_by_kind_and_the_prompt_share(tmp_path, capsys):
+    """benchmarks.step_log over a served log: the step lines alone (not the round,
+    INFO or WARNING lines), decode steps without a prompt by kind with their median
+    rows, ms and host gap, over all of them and by batch size, and the share of steps
+    that carried a prompt."""
+    from benchmarks import step_log
+
+    lines = STEP_LOG.splitlines()
+    assert len(lines) == 10
+    steps = step_log.parse(lines)
+    assert len(steps) == 7 and steps[0]["pred"] is None and steps[4]["sigma"] == 2.6
+    s = step_log.summary(steps)
+    assert s["plain"] == {"count": 3, "rows": 3, "ms": 42.0, "gap_ms": 1.2}
+    assert s["verify"] == {"count": 2, "rows": 3.0, "ms": 65.0, "gap_ms": 6.5}
+    assert s["prompt_share"] == pytest.approx(2 / 7)
+    assert step_log.summary([]) == {"plain": {"count": 0, "rows": None, "ms": None, "gap_ms": None},
+                                    "verify": {"count": 0, "rows": None, "ms": None, "gap_ms": None},
+                                    "prompt_share": None}
+    log = tmp_path / "serve-plugin-rep0.log"
+    log.write_text(STEP_LOG)
+    step_log.main([str(log)])
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"{log}: 7 steps, 28.6% with a prompt",
+                   "  all         plain  decode steps      3, median rows 3, 42.00 ms, gap 1.20 ms",
+                   "  all         verify decode steps      2, median rows 3, 65.00 ms, gap 6.50 ms",
+                   "  rows 2-8    plain  decode steps      3, median rows 3, 42.00 ms, gap 1.20 ms",
+                   "  rows 2-8    verify decode steps      2, median rows 3, 65.00 ms, gap 6.50 ms"]

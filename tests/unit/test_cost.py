@@ -463,23 +463,11 @@ def test_the_step_timer_feeds_the_fit_and_settles_each_decoding_rows_budget(monk
     assert requests["a"].credit == before
 
 
-def _summarize_module():
-    """experiments/step_log/summarize.py (a script, not a package module), loaded."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "summarize", Path(__file__).parents[2] / "experiments/step_log/summarize.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_step_log_line_carries_the_prediction_made_before_the_step(caplog):
     """With ``vllm.specdec_plugin.steps`` at DEBUG, each recorded step logs its timers and
-    the fit's prediction from before it saw the step, in the form
-    experiments/step_log/summarize.py parses; nothing is logged at INFO."""
-    summarize = _summarize_module()
+    the fit's prediction from before it saw the step, in the form benchmarks/step_log.py
+    parses; nothing is logged at INFO."""
+    from benchmarks import step_log
     cost = StepCost()
     for b in (2, 4, 8):
         plain(cost, 0.010 + 0.002 * b, b)
@@ -493,30 +481,11 @@ def test_step_log_line_carries_the_prediction_made_before_the_step(caplog):
             rec.end([[1, 2, 3], [1], [1], [1]], list("abcd"), requests, 0.0)
         lines = [r.getMessage() for r in caplog.records if "specdec step:" in r.getMessage()]
         assert len(lines) == (level == logging.DEBUG)
-    step = summarize.LINE.search(lines[0])
-    assert [int(step.group(i)) for i in range(4, 9)] == [6, 0, 4, 1, 6]  # n m rows verify emitted
-    assert float(step.group(9)) == pytest.approx(1e3 * before, abs=0.01)
+    (step,) = step_log.parse(lines)
+    assert [step[k] for k in ("n", "m", "rows", "verify", "emitted")] == [6, 0, 4, True, 6]
+    assert step["pred"] == pytest.approx(1e3 * before, abs=0.01)
     cost.target._solve()  # the fit re-solves every few steps: now, to see this one
     assert before != pytest.approx(cost.step_s(6, rows=4))  # the step was observed after
-
-
-def test_step_log_summary_prices_verifying_steps_against_measured_plain_ones():
-    """summarize.py's by-batch lines and saved seconds: a verifying step is priced against
-    the plain steps of its batch band as measured (the fit's prediction x their measured /
-    predicted ratio), so a fit that runs 10 % short cancels; idle gaps split the cells."""
-    summarize = _summarize_module()
-
-    def step(s, verify, emitted, gap=2.0):
-        return {"s": s, "exact": 0.0, "gap": gap, "n": emitted, "m": 0, "rows": 8,
-                "verify": verify, "emitted": emitted, "pred": 100.0, "plain": 100.0, "sigma": 0.0}
-
-    cell = [step(110.0, False, 8), step(110.0, False, 8), step(165.0, True, 16)]
-    saved, busy = summarize.saved(cell)
-    assert saved == pytest.approx(0.055)
-    assert busy == pytest.approx((110 + 110 + 165 + 6) / 1e3)
-    line, = summarize.by_batch(cell)
-    assert "tokens/row 2.00" in line and "against plain 1.50" in line and "realised S 1.33" in line
-    assert [len(p) for p in summarize.stretches(cell + [step(110.0, False, 8, gap=5000.0)] + cell)] == [3, 4]
 
 
 # -- modules that must not need vLLM or torch ----------------------------------------

@@ -176,3 +176,11 @@ def test_mkdocs_strict_build(tmp_path):
     )
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
     assert (tmp_path / "site" / "index.html").is_file()
+
+
+def test_the_results_page_is_generated_from_the_runs():
+    """docs/results.md is what ``benchmarks.results_page`` makes of results/*/serving.json
+    (every serving figure the docs quote is a cell of it)."""
+    from benchmarks import results_page
+
+    assert results_page.main(["--check"]) == 0, "run `python -m benchmarks.results_page`"

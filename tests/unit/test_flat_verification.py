@@ -4,9 +4,11 @@ The fast path (compat/rejection_adapter.exact_rejection_sample) works on the fla
 [sum(n_b + 1), V] logits, builds histories only for penalised rows, cuts top-k/top-p
 only on rows that set them, and argmaxes only greedy requests' rows. The reference
 runs every position of every request alone: constraints, then target_probs (one-hot
-greedy) on its expanded history, then rejection_sample_reference. From the same
-default-generator state every row must agree bit for bit (seeded rows race on
-noise keyed by their seed and num_tokens, the position of their first output).
+greedy; seeded rows kept as processed logits) on its expanded history, then
+rejection_sample_reference. From the same default-generator state every row must agree
+bit for bit (a seeded row's y_j is vLLM's op with the seed of output token
+len(output) + j of its own stream: here drawn position by position from a fresh
+``SeedStream``, in the fast path for the row's positions at once from the runner's).
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ import pytest
 import torch
 
 from vllm_specdec_plugin.compat.rejection_adapter import exact_rejection_sample
+from vllm_specdec_plugin.compat.seeded import seeded_tokens
 from vllm_specdec_plugin.compat.top_k_top_p import apply_top_k_top_p
 from vllm_specdec_plugin.draft.sampler import DraftSampler
 from vllm_specdec_plugin.rejection import PLACEHOLDER_TOKEN_ID
-from vllm_specdec_plugin.rejection_reference import rejection_sample_reference
+from specdec_testing.rejection_reference import rejection_sample_reference
 from vllm_specdec_plugin.sampling.constraints import (apply_constraints,
                                                       constraints_from_sampling_params)
 from vllm_specdec_plugin.sampling.histories import pad_histories
 from vllm_specdec_plugin.sampling.pipeline import SamplingSpec, target_probs
+from vllm_specdec_plugin.token_draw import SeedStream, SeedStreams
 
 pytestmark = pytest.mark.unit
 
@@ -84,8 +88,10 @@ def _batch(seed: int, batch: int, vocab: int, greedy_only: bool = False,
             sampling_params=_params(rng, vocab, greedy_only),
             prompt_token_ids=[rng.randrange(vocab) for _ in range(rng.randint(0, 5))],
             output_token_ids=[rng.randrange(vocab) for _ in range(rng.randint(0, 6))])
-        state.num_tokens = len(state.prompt_token_ids) + len(state.output_token_ids)
-    runner = SimpleNamespace(requests=requests, input_batch=SimpleNamespace(req_ids=list(requests)))
+        state.num_prompt_tokens = len(state.prompt_token_ids)
+        state.num_tokens = state.num_prompt_tokens + len(state.output_token_ids)
+    runner = SimpleNamespace(requests=requests, input_batch=SimpleNamespace(req_ids=list(requests)),
+                             drafter=SimpleNamespace(seed_streams=SeedStreams()))
     return runner, metadata, q, logits
 
 
@@ -95,20 +101,25 @@ def _reference(runner, metadata, draft_probs, logits, capture=None) -> torch.Ten
     batch, max_k = len(num_draft), metadata.max_spec_len
     flat = metadata.draft_token_ids.tolist()
     tgt, bonus = metadata.target_logits_indices.tolist(), metadata.bonus_logits_indices.tolist()
-    rows, specs, draft_ids, seeds, positions, start = [], [], [], [], [], 0
+    rows, specs, draft_ids, seeded, ys, start = [], [], [], [], [], 0
     for b, n in enumerate(num_draft):
         state = runner.requests[runner.input_batch.req_ids[b]]
         sp = state.sampling_params
-        seeds.append(sp.seed)
-        positions.append(len(state.prompt_token_ids) + len(state.output_token_ids))
         spec = SamplingSpec.from_sampling_params(sp)
+        seeded.append(sp.seed is not None and not spec.is_greedy)
+        stream = SeedStream(sp.seed, len(state.prompt_token_ids)) if seeded[-1] else None
         drafts = flat[start:start + n]
         own = logits[tgt[start:start + n] + [bonus[b]]].float().clone()  # [n + 1, V]
         apply_constraints(own, [constraints_from_sampling_params(sp)],
                           [state.output_token_ids], [drafts])
         for j in range(n + 1):
             history = list(state.output_token_ids) + drafts[:j]
-            rows.append(target_probs(own[j:j + 1], [spec], [state.prompt_token_ids], [history]))
+            row = target_probs(own[j:j + 1], [spec], [state.prompt_token_ids], [history],
+                               keep_logits=[seeded[-1]])
+            rows.append(row)
+            # y_j: vLLM's token for output len(output) + j (unused on other rows)
+            ys.append(seeded_tokens(row, stream, len(state.output_token_ids) + j)
+                      if stream is not None else torch.zeros(1, dtype=torch.long))
         specs.append(spec)
         draft_ids.append(drafts + [PLACEHOLDER_TOKEN_ID] * (max_k - n))
         start += n
@@ -117,7 +128,7 @@ def _reference(runner, metadata, draft_probs, logits, capture=None) -> torch.Ten
     out, _ = rejection_sample_reference(
         torch.tensor(draft_ids, dtype=torch.long).view(batch, max_k),
         torch.tensor(num_draft), draft_probs, torch.cat(rows),
-        torch.tensor([s.is_greedy for s in specs]), seeds, positions)
+        torch.tensor([s.is_greedy for s in specs]), seeded, torch.cat(ys))
     return out.to(torch.int32)
 
 
@@ -146,7 +157,8 @@ def test_flat_batches_mix_seeded_unseeded_and_greedy_rows():
 
 @pytest.mark.parametrize("seed", range(8))
 def test_flat_p_matches_per_position_reference(seed, monkeypatch):
-    """p itself: sampled rows bit for bit, greedy rows (processed logits) by argmax."""
+    """p itself: sampled rows bit for bit (seeded ones: their processed logits, which
+    vLLM's op samples), greedy rows (processed logits) by argmax."""
     from vllm_specdec_plugin import rejection
 
     seen = {}
@@ -274,8 +286,9 @@ def test_draft_sampler_histories_only_for_penalised_rows():
              SamplingSpec(top_k=4)]
     prompts = [[1, 2], [3], [4, 4, 5], [6]]
     outputs = [[7], [8, 9], [10, 10], []]
-    sampler = DraftSampler(specs, prompts, outputs, [0, 1, None, 3], k, vocab,
-                           torch.device("cpu"), lengths=[5, 6, 7, 8])
+    streams = [(SeedStream(seed, len(prompts[i])), len(outputs[i])) if seed is not None else None
+               for i, seed in enumerate([0, 1, None, 3])]
+    sampler = DraftSampler(specs, prompts, outputs, streams, k, vocab, torch.device("cpu"))
     assert sampler.penalised and sampler.prompts[0].tolist() == [-1, -1, -1]  # row 0: none
     g = torch.Generator().manual_seed(5)
     drafts = torch.zeros(4, k, dtype=torch.long)

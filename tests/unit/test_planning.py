@@ -158,14 +158,12 @@ def test_a_request_near_its_max_tokens_is_offered_only_what_it_can_emit():
     assert planner.shadow_drafts(_req(), row, len(replay), 8, len(replay) + 1) == ([], None)
 
 
-def test_offers_carry_the_requests_budget_and_a_host_time_probe_offers_no_model():
+def test_offers_carry_the_requests_budget_and_every_source():
     planner, replay, _ = _hybrid_replay(8)
     req = _req()
     req.credit = -0.3
     view, _ = planner.offers(req, len(replay), _row(replay), None, PRICES)
     assert view.credit == -0.3 and [o.source for o in view.offers] == ["ngram", "draft"]
-    view, _ = planner.offers(req, len(replay), _row(replay), None, PRICES, model=False)
-    assert [o.source for o in view.offers] == ["ngram"]
     assert req.seen and req.length == len(replay)  # the round saw it
 
 

@@ -1,5 +1,6 @@
 """Rejection sampling: fast == reference, statistical exactness, seeded determinism.
-(Seeded rows' position-keyed race: tests/unit/test_seeded_coupling.py.)
+(Seeded rows here take y_j from the position-keyed race, the fallback noise; vLLM's
+own seed stream and op, and drafter invariance: tests/unit/test_seeded_coupling.py.)
 
 Statistics. Every statistical check is a test at level ALPHA = 1e-3 / MAX_CHECKS
 (Bonferroni), so all checks in this module together hold at 99.9% confidence
@@ -26,8 +27,10 @@ import math
 import pytest
 import torch
 
-from vllm_specdec_plugin import rejection, rejection_reference
+from specdec_testing import rejection_reference
+from vllm_specdec_plugin import rejection
 from vllm_specdec_plugin.rejection import PLACEHOLDER_TOKEN_ID, greedy_verify
+from vllm_specdec_plugin.token_draw import coupled_token, position_noise_rows
 
 pytestmark = pytest.mark.unit
 
@@ -40,13 +43,32 @@ def flatten(x, num_draft, extra):
 
 def padded(fn):
     """fn (flat p and q) called with padded p [B, K+1, V] and q [B, K, V]: the
-    tests below build batches padded, which is easier to read."""
+    tests below build batches padded, which is easier to read. Seeded sampled rows
+    (``seeds[b]`` set, not greedy) get their y_j as the fallback's caller draws them:
+    the race first_argmax(p_j / E_{t0+j}), t0 = ``positions[b]``."""
     def run(drafts, num_draft, draft_probs, target_probs, is_greedy, seeds=None,
             positions=None):
         q = None if draft_probs is None else flatten(draft_probs, num_draft, 0)
-        return fn(drafts, num_draft, q, flatten(target_probs, num_draft, 1), is_greedy,
-                  seeds, positions)
+        p = flatten(target_probs, num_draft, 1)
+        return fn(drafts, num_draft, q, p, is_greedy,
+                  *race_tokens(p, num_draft, is_greedy, seeds, positions))
     return run
+
+
+def race_tokens(p, num_draft, is_greedy, seeds, positions):
+    """(seeded [B], seeded_tokens [T] or None) for flat p: per seeded sampled row, y_j =
+    coupled_token(p_j, position_noise(seed, t0 + j)) on its n_b + 1 rows."""
+    if seeds is None:
+        return None, None
+    seeded = [s is not None and not bool(g) for s, g in zip(seeds, is_greedy)]
+    y = torch.zeros(p.shape[0], dtype=torch.long)
+    start = 0
+    for b, n in enumerate(num_draft.tolist()):
+        if seeded[b]:
+            noise = position_noise_rows(seeds[b], positions[b], n + 1, p.shape[1])
+            y[start:start + n + 1] = coupled_token(p[start:start + n + 1], noise)
+        start += n + 1
+    return seeded, y
 
 
 rejection_sample = padded(rejection.rejection_sample)
@@ -583,7 +605,7 @@ def test_first_argmax_breaks_ties_like_torch_argmax():
             assert torch.equal(first_argmax(y), y.argmax(dim=-1))
 
 
-@pytest.mark.parametrize("name", ["rejection", "rejection_reference", "token_draw"])
+@pytest.mark.parametrize("name", ["rejection", "token_draw"])
 def test_rejection_mathematics_needs_torch_only(name):
     """The rejection mathematics stays vLLM-free: torch, the stdlib, and each other."""
     from test_cost import imports_of

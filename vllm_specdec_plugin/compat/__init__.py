@@ -1,10 +1,10 @@
 """The one place that touches vLLM internals.
 
 Every attribute of vLLM (or the stdlib) the plugin replaces is one row of
-``patches.PATCHES``, with its why / how / upstream / remove-when, installed by
-``patches.install(group)``; the modules below hold the logic. The other modules read
-private vLLM state and state Why / How / Upstream / Remove when themselves. Nothing
-outside this package imports private vLLM modules.
+``patches.PATCHES`` (why / how / upstream / remove-when), installed by
+``patches.install(group)``; the modules below hold the logic, and those that only read
+private vLLM state say why / how / upstream / remove-when themselves. Nothing outside
+this package imports private vLLM modules (the test helpers in specdec_testing aside).
 
 | module            | touches                                                          |
 |-------------------|------------------------------------------------------------------|
@@ -23,8 +23,4 @@ outside this package imports private vLLM modules.
 | penalties         | vLLM's apply_penalties (the CUDA repetition-penalty kernel on GPU) |
 | top_k_top_p       | vLLM's apply_top_k_top_p (the Sampler's own top-k / top-p op)    |
 | sampling_params   | SamplingParams._bad_words_token_ids                              |
-| ray_session       | Ray's session folder (ray._private) for the Ray metrics bridge   |
-| introspect        | offline LLM -> in-process proposer (tests, benchmarks)           |
-| step_timers       | per-step timers on a runner instance (benchmarks)                |
-| standalone        | a VllmConfig + process state to drive the proposer without an engine (tests) |
 """

@@ -9,15 +9,14 @@ Why: vLLM's scheduler cuts a request's drafts at the first token its grammar rej
   masked) means the scheduler never cuts on the grammar; the only cuts left are its
   token-budget cuts, which do not depend on the drafts' values. Exact again, and the
   masked drafts are accepted more often.
-How: the worker keeps its own vLLM ``StructuredOutputManager`` (the same backend the
-  frontend resolved per request, the same tokenizer, the same grammar compilation),
-  and a stand-in ``Request`` per structured request. Committed tokens are fed exactly
-  as the scheduler feeds them (``accept_tokens``); during a round the grammar is
-  advanced over the drafts, one bitmask row per draft position, and rolled back after.
-  The copy compiles synchronously the first time a request drafts (the backend
-  caches compiled grammars), so the first round after the prompt already drafts.
-  A mask may only be *stricter* than the scheduler's (q's support inside p's keeps
-  rejection sampling exact), so anything uncertain drafts nothing:
+How: the worker keeps its own vLLM ``StructuredOutputManager`` (the frontend's backend
+  per request, the same tokenizer and compilation) and a stand-in ``Request`` per
+  structured request, fed committed tokens as the scheduler feeds them
+  (``accept_tokens``); in a round the grammar advances over the drafts, one bitmask row
+  per position, and rolls back after. The copy compiles synchronously on a request's
+  first draft (compiled grammars are cached), so the first round already drafts. A mask
+  may only be *stricter* than the scheduler's (q's support inside p's keeps rejection
+  sampling exact), so anything uncertain drafts nothing:
   - the grammar failed to compile (the scheduler fails that request itself);
   - a reasoning parser gates the grammar (``--reasoning-parser`` without
     ``enable_in_reasoning``): where reasoning ends is request-scoped parser state;
@@ -94,11 +93,8 @@ class DraftGrammars:
 
     def ready(self, req_id: str, sampling_params: Any, committed: Any, length: int,
               num_prompt: int) -> tuple[Any, str]:
-        """The request's grammar, advanced over its committed output tokens.
-
-        committed: the runner's token row (prompt, then output; [:length] is valid).
-        Returns (grammar, "") when drafts can be masked, else (None, reason).
-        """
+        """(the request's grammar advanced over its committed output, "") when drafts can
+        be masked, else (None, reason); committed: the runner's token row ([:length])."""
         if self.gated_by_reasoning:
             return None, REASONING
         req = self._requests.get(req_id)
@@ -129,14 +125,11 @@ class DraftGrammars:
 
 
 class RoundMasks:
-    """Masks one round's draft logits with each structured row's grammar.
-
-    grammars: per round row, the row's grammar (from ``DraftGrammars.ready``) or None.
-    allocate: the grammar backend's ``allocate_token_bitmask`` (its vocab width).
-    ``apply`` is called once per pass, before the drafts of that pass are chosen;
-    ``finish`` rolls every grammar back and returns, per row, how many drafts are
-    valid (a row stops at its grammar's end: the scheduler would cut there).
-    """
+    """Masks one round's draft logits with each structured row's grammar (``grammars``:
+    per row, from ``DraftGrammars.ready``, or None; ``allocate``: the backend's
+    ``allocate_token_bitmask``). ``apply`` runs once per pass before its drafts are
+    chosen; ``finish`` rolls every grammar back and returns per row how many drafts are
+    valid (a row stops at its grammar's end, where the scheduler would cut)."""
 
     def __init__(self, grammars: list[Any], allocate: Any):
         self.rows = [i for i, g in enumerate(grammars) if g is not None]
@@ -189,11 +182,8 @@ class RoundMasks:
 
 
 def _unpack(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """xgrammar bitmask [R, ceil(V/32)] int32 -> allowed [R, vocab_size] bool.
-
-    Bit b of word w allows token 32 w + b. Tokens past the mask's width (a model vocab
-    padded beyond the tokenizer's) are never drafted: stricter is always exact.
-    """
+    """xgrammar bitmask [R, ceil(V/32)] int32 -> allowed [R, vocab_size] bool (bit b of
+    word w allows token 32 w + b; tokens past its width are never drafted: stricter is exact)."""
     shifts = torch.arange(32, dtype=torch.int32)
     bits = ((bitmask.unsqueeze(-1) >> shifts) & 1).bool().flatten(1)   # [R, 32 W]
     out = torch.zeros((bitmask.shape[0], vocab_size), dtype=torch.bool)

@@ -60,7 +60,7 @@ def wrap_take_draft_token_ids(take: Any) -> Any:
 def _sampled_drafting_later(runner, sample_tokens, args, kwargs):  # noqa: ANN001
     """Run vLLM's sample_tokens with the drafting call captured, not run: the output
     goes back without drafts, and ``take_draft_token_ids`` (post_step's RPC) drafts."""
-    own = runner.__dict__.get("propose_draft_token_ids")  # benchmark timers wrap it
+    own = runner.__dict__.get("propose_draft_token_ids")  # an instance-level wrapper stays
     propose = runner.propose_draft_token_ids
 
     def capture(*args, **kwargs):  # noqa: ANN001 - vLLM signature

@@ -6,23 +6,22 @@ Why: the draft must run vLLM's kernels (any registered decoder architecture, the
   KV cache: the plugin keeps its own allocator, block tables, rollback-by-trim and
   lazy prefill. vLLM 0.32 has no public API for "a second model on its own KV".
 How (verified hook map: shared/docs/draft-on-vllm-kernels.md):
-  - a private ``VllmConfig`` (``dataclasses.replace``) with the draft ``ModelConfig``,
-    a *copy* of the ``CompilationConfig`` (its ``static_forward_context`` is
-    ``init=False``, so the copy has an empty layer registry: the draft's attention
-    layers never join the target's, and names cannot collide) and a ``CacheConfig``
-    copy carrying the draft block size;
-  - ``get_model`` under ``set_model_tag`` (separate compile cache), as the in-tree
+  - a private ``VllmConfig`` (``dataclasses.replace``) with the draft ``ModelConfig``, a
+    *copy* of the ``CompilationConfig`` (its ``static_forward_context`` is
+    ``init=False``: an empty layer registry, so the draft's attention layers never join
+    the target's) and a ``CacheConfig`` copy with the draft block size;
+  - ``get_model`` under ``set_model_tag`` (its own compile cache), as the in-tree
     ``draft_model`` proposer does;
-  - KV in the backend's own layout through vLLM's allocator path
-    (``get_kv_cache_groups`` -> ``get_kv_cache_config_from_groups`` ->
-    ``allocate_kv_cache``), bound with ``Attention.bind_kv_cache``;
-  - per pass, ``CommonAttentionMetadata`` from the plugin's block tables, the
-    backend's metadata builder (built with the draft config: it looks layers up by
-    name there), and ``set_forward_context`` with the draft config and a per-layer
-    ``slot_mapping`` dict (without the dict no KV is written, silently).
-  - a reduced draft vocabulary (``draft_vocab``) reads the rows it keeps of the
-    unquantized ``lm_head.weight`` and applies the ``LogitsProcessor``'s soft cap and
-    scale itself, since ``compute_logits`` always multiplies by the whole head.
+  - KV in the backend's layout through vLLM's allocator path (``get_kv_cache_groups`` ->
+    ``get_kv_cache_config_from_groups`` -> ``allocate_kv_cache``), bound with
+    ``Attention.bind_kv_cache``;
+  - per pass, ``CommonAttentionMetadata`` from the plugin's block tables, the backend's
+    metadata builder (built with the draft config, where it looks layers up), and
+    ``set_forward_context`` with the draft config and a per-layer ``slot_mapping`` dict
+    (without it no KV is written, silently);
+  - a reduced draft vocabulary (``draft_vocab``) reads its rows of the unquantized
+    ``lm_head.weight`` and applies the ``LogitsProcessor``'s soft cap and scale itself
+    (``compute_logits`` always multiplies by the whole head).
 Upstream: a "standalone model on caller-owned KV" API (vLLM's V2 speculators move
   towards one), or the ``custom_class`` hook handing proposers a KV-cache group.
 Remove when: vLLM exposes such an API; then DraftKernels becomes a thin adapter. The
@@ -68,12 +67,9 @@ class DraftKernels:
                  seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor, num_tokens: int,
                  max_query_len: int, max_seq_len: int, block_table: torch.Tensor,
                  slot_mapping: torch.Tensor, positions: torch.Tensor) -> Any:
-        """The backend's attention metadata for one pass.
-
-        query_start_loc[_cpu] int32 [B+1]; seq_lens[_cpu] int32 [B] (context including
-        this pass's tokens); block_table int32 [B, NB]; slot_mapping int64 [T];
-        positions int64 [T]. Device tensors on the draft's device.
-        """
+        """The backend's attention metadata for one pass: query_start_loc[_cpu] int32
+        [B+1]; seq_lens[_cpu] int32 [B] (context with this pass's tokens); block_table
+        int32 [B, NB]; slot_mapping, positions int64 [T] (on the draft's device)."""
         from vllm.v1.attention.backend import CommonAttentionMetadata
 
         common = CommonAttentionMetadata(
@@ -88,14 +84,10 @@ class DraftKernels:
     def forward(self, attn_metadata: Any, input_ids: torch.Tensor, positions: torch.Tensor,
                 slot_mapping: torch.Tensor, sample_index: torch.Tensor,
                 reduced: bool = False) -> torch.Tensor:
-        """Hidden states -> logits [len(sample_index), V] (float32).
-
-        input_ids int32 [T]; positions int64 [T]; sample_index int64: the flat token
-        indices whose logits are needed (each row's last new token). With a reduced
-        vocabulary only its N logits are computed; the others are ``OUTSIDE``, or with
-        ``reduced`` the N logits alone are returned, [len(sample_index), N], in the
-        order of ``vocab_ids``.
-        """
+        """Logits [len(sample_index), V] float32 (input_ids int32 [T]; positions int64 [T];
+        sample_index int64: the tokens whose logits are needed). With a reduced vocabulary
+        only its N logits are computed, the rest ``OUTSIDE``; with ``reduced`` the N
+        alone, [len(sample_index), N] in ``vocab_ids`` order."""
         from vllm.forward_context import set_forward_context
 
         names = self.layer_names
@@ -127,12 +119,8 @@ class DraftKernels:
 
 
 def reduced_head(model: Any, vocab_ids: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """The rows ``vocab_ids`` (int64 [N]) of the draft's output head, [N, H] contiguous.
-
-    Why here: vLLM's ``compute_logits`` always multiplies by the whole head; a reduced
-    draft vocabulary (``draft_vocab``) needs the head's weight, read as vLLM's
-    Llama-family classes hold it (``lm_head``, tied or not, unquantized).
-    """
+    """The rows ``vocab_ids`` (int64 [N]) of the draft's output head, [N, H] contiguous,
+    read as vLLM's Llama-family classes hold it (``lm_head``, tied or not, unquantized)."""
     from vllm_specdec_plugin.errors import SpecDecConfigError
 
     head = getattr(model, "lm_head", None)

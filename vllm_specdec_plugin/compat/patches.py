@@ -4,14 +4,13 @@ A row is one touch point: the attribute replaced, the factory (in the module own
 logic) building the replacement from the original, the groups installing it, and why /
 how / upstream / remove-when. Each replacement is a pass-through unless our proposer is
 configured. Groups: ``frontend``, ``config`` and ``engine`` from ``register()`` (engine
-rows only where ``vllm.v1.engine.core`` is loaded already: EngineCore calls register()
-from its constructor, before its scheduler exists, and a worker never imports that
-module, ~1.7 s); ``worker`` from our proposer's constructor, which GPUModelRunner.__init__
-runs before it builds its rejection sampler and input batch (installed but not selected,
-the plugin changes nothing); ``responses`` from the config row, once a config selects
-our proposer; ``cli`` from our ``vllm`` launcher only. ``install`` applies each row once
-per process and sets ``__wrapped__`` on each replaced function (a replaced class is a
-subclass of the original).
+rows only once ``vllm.v1.engine.core`` is loaded: EngineCore calls register() before
+its scheduler exists, and a worker never imports that module, ~1.7 s); ``worker`` from
+our proposer's constructor, before GPUModelRunner.__init__ builds its rejection sampler
+and input batch (unselected, the plugin changes nothing); ``responses`` from the config
+row once a config selects our proposer; ``cli`` from our ``vllm`` launcher. Each row is
+applied once per process; a replaced function gets ``__wrapped__`` (a replaced class is
+a subclass of the original).
 """
 
 from __future__ import annotations
@@ -199,7 +198,7 @@ def _apply(row: Patch) -> None:
     if _applied(original, key):
         return
     module, factory = row.wrap.rsplit(".", 1)
-    # looked up now, not bound in the table: benchmarks/gpu_reference.py swaps a factory
+    # looked up now, not bound in the table: a factory may be swapped before install
     wrap = getattr(importlib.import_module(f"vllm_specdec_plugin.compat.{module}"), factory)
     new = wrap(original)
     setattr(new, _MARK, key)

@@ -47,7 +47,7 @@ def wrap_build_logitsprocs(original: Any) -> Any:
 
 
 def _make_sampler_class(base: type) -> type:
-    """The ``RejectionSampler`` row's factory (benchmarks/gpu_reference.py swaps it)."""
+    """The ``RejectionSampler`` row's factory."""
     from vllm.v1.outputs import SamplerOutput
 
     class SpecDecRejectionSampler(base):  # type: ignore[misc, valid-type]
@@ -58,14 +58,11 @@ def _make_sampler_class(base: type) -> type:
 
         def forward(self, metadata, draft_probs, logits, sampling_metadata):  # noqa: ANN001
             if metadata.max_spec_len == 0 and not sampling_metadata.generators:
-                # No row of this step has drafts (everyone backed off): vLLM still
-                # builds spec-decode metadata whenever a speculative config exists, but
-                # logits are then one row per request, exactly what the runner hands
-                # its Sampler without speculation. Take that path: same tokens, same
-                # logprobs format, and a plain step's cost. Not with seeded sampled rows
-                # (vLLM gives exactly those a generator): they always take the exact
-                # path, whose seeded race keys every token on (seed, position) alone,
-                # so their output never depends on which steps had drafts.
+                # No row has drafts: logits are one row per request, what the runner
+                # hands its Sampler without speculation. Same tokens, logprobs and cost.
+                # Not with seeded sampled rows (vLLM gives exactly those a generator):
+                # the exact path samples them from their own replayed seed stream
+                # (compat/seeded.py), so no step draws from vLLM's generator copy.
                 return self.sampler(logits=logits, sampling_metadata=sampling_metadata)
             runner = self.runner
             if runner is None or not _batch_known(runner, len(metadata.num_draft_tokens)):
@@ -79,8 +76,7 @@ def _make_sampler_class(base: type) -> type:
                     sampling_metadata.max_num_logprobs, metadata, logits,
                     logits[metadata.target_logits_indices].float(),
                     logits[metadata.bonus_logits_indices].float(), out)
-            # What a verifying step costs beyond a plain one: the adaptive controller
-            # prices it (sigma). Read on the host after the step's outputs were synced.
+            # what a verifying step costs beyond a plain one (σ, control.cost)
             self.exact_seconds += time.perf_counter() - t0
             return SamplerOutput(sampled_token_ids=out, logprobs_tensors=logprobs)
 
@@ -94,16 +90,14 @@ def _batch_known(runner: Any, batch_size: int) -> bool:
 
 def exact_rejection_sample(runner: Any, metadata: Any, draft_probs: torch.Tensor | None,
                            logits: torch.Tensor) -> torch.Tensor:
-    """Output token ids [B, K+1] int32 (placeholder -1) for one verification step.
-
-    metadata: vLLM SpecDecodeMetadata; draft_probs [num_draft_tokens_total, V] | None;
-    logits [num_draft_tokens_total + B, V] (per request: its draft rows, then bonus).
-    Works on those flat rows: nothing is padded to the batch's largest k.
-    """
+    """Output token ids [B, K+1] int32 (placeholder -1) of one verification step, on
+    vLLM's flat rows (metadata: SpecDecodeMetadata; draft_probs [drafts, V] | None;
+    logits [drafts + B, V], per request its draft rows then bonus)."""
     from vllm_specdec_plugin.rejection import (PLACEHOLDER_TOKEN_ID, greedy_verify,
                                                rejection_sample)
     from vllm_specdec_plugin.sampling.constraints import (apply_constraints,
                                                           constraints_from_sampling_params)
+    from vllm_specdec_plugin.compat.seeded import seeded_tokens as seeded_tokens_of
     from vllm_specdec_plugin.sampling.pipeline import SamplingSpec, position_probs
     from vllm_specdec_plugin.token_draw import first_argmax
 
@@ -152,16 +146,29 @@ def exact_rejection_sample(runner: Any, metadata: Any, draft_probs: torch.Tensor
         # In place, so on a copy: vLLM reads these logits again for logprobs.
         logits = apply_constraints(logits.to(torch.float32, copy=True), constraints,
                                    outputs, drafts)
+    # Seeded sampled rows take vLLM's own noise for each output token (seeded.py): their
+    # p rows stay processed logits, which its op samples from.
+    seeded = [s.seed is not None and not s.is_greedy for s in specs]
     p = position_probs(logits, specs, [s.prompt_token_ids or [] for s in states],
-                       outputs, drafts)                                     # [T, V]
-    # Seeded sampled rows: noise keyed by the request's seed and the absolute position
-    # of each output token. t0 = prompt + output tokens committed so far (num_tokens):
-    # the drafts' positions start there, as the proposer's committed length L did, and
-    # a chunked prefill's discarded partial steps sample at the same t0 as its last.
-    # (Async scheduling pads output_token_ids optimistically; vLLM 0.32 runs
-    # custom_class proposers without it.)
-    seeds = [getattr(s.sampling_params, "seed", None) for s in states]
-    positions = [s.num_tokens for s in states] if any(x is not None for x in seeds) else None
+                       outputs, drafts, keep_logits=seeded)                 # [T, V]
+    seeded_tokens = None
+    if any(seeded):
+        # Output index of each row's first position: the outputs committed so far
+        # (a chunked prefill's discarded partial steps sample index 0, as its last).
+        # (Async scheduling would pad output_token_ids; vLLM 0.32 runs custom_class
+        # proposers without it.)
+        seeded_tokens = torch.zeros(p.shape[0], dtype=torch.long, device=dev)
+        streams = runner.drafter.seed_streams
+        first = 0
+        for b, n in enumerate(num_draft):
+            if seeded[b]:
+                s = states[b]
+                stream = streams.get(req_ids[b], specs[b].seed, s.num_prompt_tokens)
+                done = len(s.output_token_ids)
+                stream.release(done)  # emitted tokens' seeds (not the drafts' ahead)
+                seeded_tokens[first:first + n + 1] = seeded_tokens_of(
+                    p[first:first + n + 1], stream, done)
+            first += n + 1
     is_greedy = torch.tensor([s.is_greedy for s in specs], dtype=torch.bool, device=dev)
-    out, _ = rejection_sample(draft_ids, n_t, draft_probs, p, is_greedy, seeds, positions)
+    out, _ = rejection_sample(draft_ids, n_t, draft_probs, p, is_greedy, seeded, seeded_tokens)
     return out.to(torch.int32)

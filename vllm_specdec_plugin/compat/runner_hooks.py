@@ -6,16 +6,11 @@ runner state our proposer reads and writes (request ids, sampling parameters, dr
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from vllm_specdec_plugin.compat import cpu_generators, scheduler
 
 FIRST_TOKENS = "_specdec_first_tokens"  # on the runner: this step's first-token ids (draft_ids_return)
-
-
-class LifecycleAware(Protocol):
-    def bind_runner(self, runner: Any) -> None: ...
-    def on_scheduler_output(self, scheduler_output: Any) -> None: ...
 
 
 def wrap_update_states(original: Any) -> Any:
@@ -23,8 +18,7 @@ def wrap_update_states(original: Any) -> Any:
         ours = drafter_is_ours(self)
         if ours:
             # which rows sample a first token this step (draft_ids_return defers drafting)
-            setattr(self, FIRST_TOKENS,
-                    scheduler.read_first_tokens(scheduler_output))
+            setattr(self, FIRST_TOKENS, scheduler.read_first_tokens(scheduler_output))
             self.drafter.bind_runner(self)
             self.drafter.on_scheduler_output(scheduler_output)
         result = original(self, scheduler_output)
@@ -36,7 +30,7 @@ def wrap_update_states(original: Any) -> Any:
 
 
 def drafter_is_ours(runner: Any) -> bool:
-    """True when the runner's drafter is our proposer (the patches' pass-through test)."""
+    """The runner's drafter is our proposer (the patches' pass-through test)."""
     return getattr(getattr(runner, "drafter", None), "_specdec_lifecycle", False)
 
 
@@ -76,8 +70,8 @@ def set_draft_probs(runner: Any, req_ids: list[str], probs: Any) -> None:
 
 
 def committed_tokens(runner: Any, req_id: str) -> Any:
-    """[L] int token ids (prompt + output) of a request still in the persistent batch
-    (a finished one stays there until ``_update_states`` runs), else None."""
+    """[L] token ids (prompt + output) of a request still in the persistent batch (a
+    finished one stays until ``_update_states`` runs), else None."""
     batch = runner.input_batch
     row = batch.req_id_to_index.get(req_id)
     if row is None:
@@ -94,12 +88,10 @@ def preempted_req_ids(scheduler_output: Any) -> set[str]:
 
 
 def scheduled_spec_tokens(scheduler_output: Any) -> dict[str, list[int]] | None:
-    """req_id -> the drafts this step verifies (absent: none), or None when the output
-    carries no such field (a test's fake)."""
+    """req_id -> the drafts this step verifies, or None without the field (a test's fake)."""
     return getattr(scheduler_output, "scheduled_spec_decode_tokens", None)
 
 
 def num_scheduled_tokens(scheduler_output: Any) -> dict[str, int] | None:
-    """req_id -> tokens scheduled this step (vLLM's ``SchedulerOutput``), or None
-    when the output carries none (a test's fake)."""
+    """req_id -> tokens scheduled this step, or None without the field (a test's fake)."""
     return getattr(scheduler_output, "num_scheduled_tokens", None)

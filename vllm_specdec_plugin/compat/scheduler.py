@@ -1,9 +1,6 @@
-"""vLLM's scheduler, where it applies the step policy's decision and reports to the worker.
-
-The ``Scheduler`` wrappers (why and how: their rows of ``compat.patches``), their state
-(one ``SchedulerSide`` per scheduler; none outlives a request: a finished request's
-prompt prices only the next step), and the worker's reads of what ``schedule`` attaches.
-"""
+"""vLLM's scheduler, where the step policy's decision is applied and the worker told:
+the ``Scheduler`` wrappers (why and how: their ``compat.patches`` rows), their state (a
+``SchedulerSide``), and the worker's reads of what ``schedule`` attaches."""
 
 from __future__ import annotations
 
@@ -83,8 +80,7 @@ def wrap_update_draft_token_ids(update_draft: Any) -> Any:
 
 
 def side_of(scheduler: Any) -> SchedulerSide | bool:
-    """The scheduler's ``SchedulerSide``, or False when its config does not select our
-    proposer (decided once, cached)."""
+    """The scheduler's ``SchedulerSide``, or False when its config is not ours (cached)."""
     side = getattr(scheduler, _SIDE, None)
     if side is None:
         from vllm_specdec_plugin.compat.rejection_adapter import is_ours
@@ -96,24 +92,20 @@ def side_of(scheduler: Any) -> SchedulerSide | bool:
 
 
 def _bound_drafts(scheduler: Any, side: SchedulerSide) -> None:
-    """Cut the running rows' drafts for a step that carries prompt tokens, or follows a
-    finished request (its first-step prompt prices the step its client's next request
-    will likely wait for)."""
+    """Cut the running rows' drafts for a step with prompt tokens (an upper bound) or after
+    a finished request (its prompt prices the step its client's next one waits for)."""
     finished = [side.prompts.pop(rid) for rid in scheduler.finished_req_ids
                 if rid in side.prompts]
     if side.hint is None:
         return
     running = list(scheduler.running)
-    prefill = sum(r.num_tokens - r.num_computed_tokens for r in running if _prefilling(r))
-    # an upper bound: prefix-cache hits are known only once it is scheduled
-    prefill += sum(r.num_tokens - r.num_computed_tokens for r in _admissible(scheduler))
+    prefill = next_prefill(scheduler)  # within the budget, which is >= 1
     budget = int(scheduler.max_num_scheduled_tokens)
     decode_rows = sum(1 for r in running if not _prefilling(r))
     drafting = [r for r in running if r.spec_token_ids and not _prefilling(r)]
     if not drafting or not (prefill or finished):
         return
     if prefill:
-        prefill = min(prefill, budget)
         cap = policy.verify_cap(side.hint, decode_rows, prefill)
         room = budget - decode_rows - prefill  # vLLM would cut past its budget anyway
         cap = room if cap is None else min(cap, room)
@@ -137,24 +129,20 @@ def _bound_drafts(scheduler: Any, side: SchedulerSide) -> None:
 
 
 def next_prefill(scheduler: Any) -> int:
-    """After ``schedule``: prompt tokens the next step will carry as known now (running
-    prompts not yet computed, and waiting requests a free slot admits), within the
-    token budget. Requests that finish in this step, or arrive before the next, are
-    not known yet."""
+    """Prompt tokens a step will carry as known now (running prompts not yet computed,
+    waiting requests a free slot admits), within the token budget."""
     tokens = sum(r.num_tokens - r.num_computed_tokens for r in scheduler.running
                  if _prefilling(r))
     tokens += sum(r.num_tokens - r.num_computed_tokens for r in _admissible(scheduler))
     return min(tokens, int(scheduler.max_num_scheduled_tokens))
 
 
-def _prefilling(req: Any) -> bool:
-    """Its prompt is not yet all computed (a chunked prefill in progress)."""
+def _prefilling(req: Any) -> bool:  # its prompt is not all computed yet
     return req.num_computed_tokens < req.num_prompt_tokens
 
 
 def _admissible(scheduler: Any) -> Iterator[Any]:
-    """The waiting requests the free slots admit next, in vLLM's order (requests
-    holding KV first)."""
+    """The waiting requests the free slots admit next, in vLLM's order."""
     active = len(scheduler.running) + int(getattr(scheduler, "num_waiting_for_streaming_input", 0))
     slots = scheduler.max_num_active_reqs - active
     for queue in (scheduler.kv_holding_waiting, scheduler.waiting):
@@ -170,8 +158,8 @@ def first_tokens(scheduler: Any, out: Any) -> frozenset[str]:
     ids = set()
     for rid, n in out.num_scheduled_tokens.items():
         req = scheduler.requests.get(rid)
-        # num_computed_tokens already counts this step's tokens (vLLM advances it in
-        # schedule()); a first token needs the whole prompt and no output yet.
+        # num_computed_tokens already counts this step's tokens (schedule() advanced it);
+        # a first token needs the whole prompt and no output yet.
         if req is not None and req.num_output_tokens == 0 \
                 and req.num_computed_tokens >= req.num_prompt_tokens \
                 and req.num_computed_tokens - n < req.num_prompt_tokens:
@@ -180,8 +168,7 @@ def first_tokens(scheduler: Any, out: Any) -> frozenset[str]:
 
 
 def read_scope(scheduler_output: Any) -> tuple[dict[str, str | None], frozenset[str]] | None:
-    """(salt per new request id, ids aborted) of one step, or None when the engine
-    process did not attach them (the plugin is not registered there)."""
+    """(salt per new request id, ids aborted), None if not attached (no plugin there)."""
     return getattr(scheduler_output, SCOPE_ATTR, None)
 
 

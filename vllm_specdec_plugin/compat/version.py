@@ -12,7 +12,6 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 
-
 from vllm_specdec_plugin.errors import SpecDecError
 
 SUPPORTED_VLLM = "0.32"  # major.minor this release is written and tested against
@@ -34,11 +33,8 @@ def installed_vllm_version() -> str | None:
 
 
 def check_vllm_version(found: str | None = None) -> str:
-    """Raise UnsupportedVLLMVersionError unless vLLM 0.32.x is installed.
-
-    ``found`` overrides the detected version (for tests). Returns the version.
-    """
-
+    """The installed vLLM version (``found``: given instead, for tests); raises
+    UnsupportedVLLMVersionError unless it is 0.32.x."""
     found = installed_vllm_version() if found is None else found
     if found is None:
         raise UnsupportedVLLMVersionError(

@@ -1,18 +1,8 @@
-"""Measured acceptance: per request, per tenancy scope, per n-gram match (pure Python).
-
-Every estimate is a ``DecayedRate`` of successes / trials. A verified round of d drafts
-with a accepted gives successes = a and trials = a + (1 if one was rejected): the
-per-token acceptance α of a geometric model. Estimates shrink towards the level above
-them by ``PRIOR_WEIGHT`` trials:
-
-- a scope's α per source, towards ``PRIOR_ALPHA``;
-- a request's α per source, towards its scope's;
-- an n-gram proposal's α, by the bucket of the match it came from (a 40-token corpus
-  match, a request replaying an earlier one, is accepted far more often than a
-  1-token one), towards the request's n-gram α.
-
-Scopes (``tenancy``) keep one tenant's acceptance from pricing another's drafts.
-"""
+"""Measured acceptance (pure Python): ``DecayedRate``s of successes / trials (``evidence``:
+a geometric model's α), shrunk by ``PRIOR_WEIGHT`` trials towards the level above: a
+scope's α towards ``PRIOR_ALPHA``, a request's towards its scope's, an n-gram proposal's
+by match bucket (a replay's long corpus match is accepted far more often than a 1-token
+one) towards the request's n-gram α."""
 
 from __future__ import annotations
 
@@ -43,8 +33,7 @@ def expected_tokens(alpha: float, k: int) -> float:
 
 
 def match_key(source: str, length: int) -> MatchKey:
-    """The bucket of an n-gram match: ``source`` "own" by n, "corpus" by the power of
-    two of its length."""
+    """An n-gram match's bucket: "own" by n, "corpus" by the power of two of its length."""
     if source == "own":
         return ("own", length)
     if source == "corpus":
@@ -58,8 +47,7 @@ def _shrunk(rate: DecayedRate | None, prior: float) -> float:
 
 
 class ScopeRecord:
-    """What the requests of one scope share: α per source, α per match bucket, and
-    their recent answers' lengths."""
+    """What one scope's requests share: α per source and per match bucket, answer lengths."""
 
     __slots__ = ("alpha", "matches", "outputs")
 
@@ -72,7 +60,7 @@ class ScopeRecord:
         return _shrunk(self.alpha.get(source), PRIOR_ALPHA)
 
     def typical_output(self) -> float | None:
-        """The median answer of the scope's last ``OUTPUT_WINDOW`` requests, in tokens."""
+        """The median answer of its last ``OUTPUT_WINDOW`` requests, in tokens."""
         return statistics.median(self.outputs) if self.outputs else None
 
 

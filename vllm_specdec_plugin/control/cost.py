@@ -1,18 +1,8 @@
-"""What a step costs, fitted online from the step timers (pure Python).
-
-Four ``OnlineFit``s, all in seconds:
-
-- **target**: T(n, m, R) = a + b·n + p·m + q·R for a target step with n decode/verify
-  tokens over R decoding rows and m prefill tokens (a row costs b + q: its attention
-  context, sampling, the runner's per-request work);
-- **sigma**: what a verifying step adds on the host (the exact rejection sampler),
-  σ(R) = s0 + s1·R; the first measurement is skipped (one-time set-up);
-- **draft**: a draft round of P forwards over N tokens in all: d0 + d1·P + d2·N;
-- **catch-up**: a round's first pass feeding N committed tokens the draft has not
-  seen: c0 + c1·N.
-
-The policy reads them in plain steps at batch B (a step without drafts = 1): ``prices``.
-"""
+"""What a step costs, fitted from the step timers in seconds (pure Python): ``target``
+a + b·n + p·m + q·R (n decode/verify tokens over R rows, m prefill tokens), ``sigma``
+s0 + s1·R (the exact sampler on a verifying step; the first, a set-up, skipped), ``draft``
+d0 + d1·P + d2·N (P forwards over N tokens), ``catch_up`` c0 + c1·N (N tokens fed).
+``prices``: all in plain steps at batch B, for the policy."""
 
 from __future__ import annotations
 
@@ -37,7 +27,7 @@ class Prices:
 
 
 class StepCost:
-    """The four fits of one proposer (see the module docstring)."""
+    """The four fits of one proposer."""
 
     def __init__(self) -> None:
         self.target = OnlineFit(3, STEP_FIT_DECAY, STEP_FIT_SOLVE_EVERY, STEP_FIT_SURPRISE, A_MIN)
@@ -48,12 +38,10 @@ class StepCost:
         self._prices: dict[int, Prices] = {}
         self._key: tuple = ()
 
-    # -- observations, seconds --------------------------------------------------
     def observe_step(self, seconds: float, n: int, m: int, rows: int, exact_s: float = 0.0,
                      verified: bool = False) -> None:
-        """One target step: wall ``seconds`` (``exact_s`` of them in the exact sampler,
-        priced apart as σ when it ``verified`` drafts), n decode/verify tokens over
-        ``rows`` rows, m prefill tokens."""
+        """One target step of ``seconds`` (``exact_s`` in the exact sampler: σ when it
+        ``verified`` drafts), n decode/verify tokens over ``rows`` rows, m prefill tokens."""
         if not seconds >= 0 or n < 0 or m < 0 or n + m < 1 or not 0 <= rows <= n:
             raise ValueError(f"bad step: seconds={seconds!r}, n={n!r}, m={m!r}, rows={rows!r}")
         exact_s = min(max(exact_s, 0.0), seconds)
@@ -77,7 +65,6 @@ class StepCost:
             raise ValueError(f"bad catch-up pass: seconds={seconds!r}, tokens={tokens!r}")
         self.catch_up.add(seconds, tokens)
 
-    # -- predictions ----------------------------------------------------------------
     def step_s(self, n: float, m: float = 0, rows: float | None = None) -> float | None:
         """Seconds of a target step (``rows`` None: a plain step, one row per token)."""
         return self.target.predict(n, m, n if rows is None else rows)
@@ -87,8 +74,8 @@ class StepCost:
         return (self.sigma.predict(rows) or 0.0) if self.sigma.w else 0.0
 
     def catch_up_per_token(self) -> float | None:
-        """c1 s/token; until the fed counts have varied, seconds / tokens (an upper
-        bound: the pass's fixed cost read as tokens); None before a first pass."""
+        """c1 s/token; until the fed counts varied, seconds / tokens (an upper bound);
+        None before a first pass."""
         f = self.catch_up
         if not f.w:
             return None
@@ -97,8 +84,8 @@ class StepCost:
         return f.mean[1] / max(f.mean[0], 1.0)
 
     def prices(self, batch: int) -> Prices:
-        """Costs at ``batch`` rows in plain steps. Before any target step only a draft
-        position is priced (``C_PRIME_DRAFT``), and ``plain_s`` is 0."""
+        """Costs at ``batch`` rows in plain steps; before any target step only a draft
+        position (``C_PRIME_DRAFT``), and ``plain_s`` 0."""
         for f in (self.target, self.sigma, self.draft, self.catch_up):
             f.fresh()  # a solve that is due (cadence, surprise) runs before the cache key
         key = (self.target.version, self.sigma.version, self.draft.version, self.catch_up.version)
@@ -121,21 +108,20 @@ class StepCost:
         return p
 
     def catch_up_room(self, batch: int, most: float) -> int | None:
-        """Committed tokens one draft round may feed at ``batch`` rows so that it delays
-        the step by at most ``most`` plain steps (at least one a row).
-        None for a single row (it waits only for its own catch-up, which its offer
-        priced) or before a fit. Only fits enter, never recent steps' own seconds: those
-        would let one tenant's traffic move another's drafts."""
+        """Tokens a draft round may feed at ``batch`` rows delaying the step <= ``most``
+        plain steps (>= one a row; None for one row or unfitted). Fits only, never recent
+        steps' seconds: those would let one tenant's traffic move another's drafts."""
         p = self.prices(batch) if batch > 1 else None
         if p is None or not p.catch_up:
             return None
         return max(batch, int(most / p.catch_up))
 
     def snapshot(self) -> dict:
-        """a, b, p, q (target), sigma_s at one row, draft_b (s per draft token),
-        catch_up_b (s per token fed); None where unmeasured."""
+        """The fits in seconds: a, b, p, q (target), sigma_s (at one row), draft_b (per
+        draft token), catch_up_b (per token fed); None where unmeasured."""
         t = self.target
         t.fresh()
         return {"a": t.a, "b": t.coef[0], "p": t.coef[1], "q": t.coef[2],
-                "sigma_s": self.sigma.predict(1), "draft_b": self.draft.slope(1) if self.draft.w else None,
+                "sigma_s": self.sigma.predict(1),
+                "draft_b": self.draft.slope(1) if self.draft.w else None,
                 "catch_up_b": self.catch_up_per_token()}

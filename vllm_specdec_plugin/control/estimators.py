@@ -1,15 +1,5 @@
-"""The controller's three estimators, each used wherever its kind is needed (pure Python).
-
-- ``DecayedRate``: two decayed sums and their ratio, shrunk towards a prior. Acceptance
-  (per request, per scope, per n-gram match bucket: successes / trials) and the
-  planning host-time term (net seconds saved per planned step) are all one of these.
-- ``OnlineFit``: y = a + Σ c_i·x_i by exponentially weighted least squares, slopes
-  >= 0, solved when read. The target step, the draft round, the draft catch-up and the
-  exact sampler's seconds are all one of these (``cost``).
-- ``Backoff``: act every ``interval`` ticks; a failure doubles the interval up to a
-  ceiling, a success resets it. Probing held rows and probing a batch size where
-  planning does not pay both use one.
-"""
+"""The controller's estimators (pure Python): ``DecayedRate`` (acceptance, host time),
+``OnlineFit`` (the cost fits), ``Backoff`` (probes)."""
 
 from __future__ import annotations
 
@@ -41,16 +31,13 @@ class DecayedRate:
 
 
 class OnlineFit:
-    """y ≈ a + Σ c_i·x_i, weighted least squares with forgetting ``decay`` per sample.
-
-    Centred sums (Welford), so nothing cancels. A slope is identifiable when its
-    regressor varies apart from the ones before it (in order); an unidentifiable one
-    keeps its last identified value (0 before one), so e.g. rows that move with tokens
-    are priced as tokens. Slopes are >= 0 (a slower step with less work is noise) and
-    a >= ``a_min``. The sums update on every ``add``; the solve runs on a read once
-    ``solve_every`` samples came, or after a sample the last solve mispredicted by
-    more than the factor ``surprise`` (a load it has not seen); the first read solves.
-    """
+    """y ≈ a + Σ c_i·x_i, weighted least squares forgetting ``decay`` per sample, over
+    centred sums (Welford: nothing cancels). A slope is identified when its regressor
+    varies apart from the ones before it; an unidentified one keeps its last identified
+    value (0 before), so rows that move with tokens are priced as tokens. Slopes >= 0 (a
+    slower step with less work is noise), a >= ``a_min``. A read solves on the first
+    read, once ``solve_every`` samples came, or after a sample the last solve
+    mispredicted by more than the factor ``surprise`` (a load it has not seen)."""
 
     __slots__ = ("decay", "dim", "w", "mean", "cov", "a", "coef", "_good", "_pending",
                  "solve_every", "surprise", "a_min", "version")
@@ -96,7 +83,7 @@ class OnlineFit:
         return self.coef[i]
 
     def identified(self, i: int) -> bool:
-        """Slope ``i`` has been identified by data at least once."""
+        """Slope ``i`` was identified by data at least once."""
         self.fresh()
         return self._good[i] is not None
 
@@ -126,8 +113,8 @@ class OnlineFit:
         self.version += 1
 
     def _nonneg(self, ident: list[int], rhs: dict[int, float]) -> list[float]:
-        """Least-squares slopes over ``ident``, all >= 0: the full solution if it is,
-        else the non-negative subset solution explaining most variance, the rest 0."""
+        """Slopes over ``ident``, all >= 0: the full solution if it is, else the
+        non-negative subset solution explaining most variance, the rest 0."""
         full = _solve(self._c, ident, rhs)
         if all(v >= 0 for v in full):
             return full
@@ -181,8 +168,8 @@ def _rel_det(c, idx: list[int]) -> float:
 
 
 class Backoff:
-    """``tick`` is True once every ``interval`` calls; ``failed`` doubles the interval
-    up to ``most``, ``succeeded`` resets it to ``first``."""
+    """``tick``: True once every ``interval`` calls; ``failed`` doubles the interval up to
+    ``most``, ``succeeded`` resets it to ``first``."""
 
     __slots__ = ("first", "most", "interval", "count")
 

@@ -1,44 +1,29 @@
 """The step policy: the one place that decides what a step verifies (pure Python).
 
-``decide`` takes every row's offers (per draft source: acceptance α, the drafts it has,
-their cost), the step's prices (``cost.Prices``) and its bounds, and returns each
-row's source and k (0 included). Units: tokens, and plain steps (the time of a step
-without drafts at this batch = 1; it emits B tokens, one a row).
+``decide`` takes every row's offers (per source: acceptance α, drafts, cost) and the
+step's prices and bounds, and returns each row's source and k (0 included), in plain
+steps (a step without drafts at this batch = 1; it emits B tokens).
 
-- **Objective: the step's goodput** E / F, tokens emitted per plain step. Position j of
-  a row drafting at acceptance α is worth α^j expected tokens and costs c = v + its
-  source's own cost (v: a verify token; the draft model adds its forward's share and
-  its catch-up spread over the request's remaining rounds). A step that verifies
-  anything also pays σ. Positions are taken by worth / cost, best first, while they
-  raise E / F (the ratio-maximising rule: position j + 1 of a row is never worth more
-  than j, so every row keeps a prefix of its drafts). The step verifies only if that
-  beats a plain step's B by ``MIN_GAIN``.
-- **Each row's source** is the offer with the larger net gain Σ_j (α^j - c·B) at its
-  best k: one comparison per row.
-- **Latency bounds, in the units the serving bounds use:**
-  - *time per output token*: no row's time per token in the step may exceed
-    ``tpot_limit`` of a plain step's, less the budget it saved (``credit``):
-    F <= tpot_limit·E[N_r] + credit_r. A row that gains nothing (E[N] = 1) bounds the
-    whole step; the budget carries slack between steps (``RequestRecord.settle``).
-  - *first token*: when the next step carries a prompt, this round's drafting, its
-    verification and σ may add at most ``first_token_room`` plain steps (the prompt's
-    first token waits for them).
-- **Probes**: ``probe`` gives every row with an offer at least one draft, so that a
-  row priced out by a stale α (or a fit that reads every token as a row) is measured
-  again; the caller spaces probes with a ``Backoff``.
-- **Host time** (``PlanningCost``): planning a step (every row's lookup and pricing,
-  the draft round) costs host time before the step starts. Where planned steps at a
-  batch size have saved less target time than planning took, it is not planned (rows
-  decode plainly) but for probes; and never where it alone would overrun the first
-  token's room.
-
-Without ``adaptive`` each row verifies all its chosen offer's drafts, within the first
-token's room only.
+- **Goodput** E / F, tokens per plain step: position j of a row is worth α^j and costs c
+  = v (a verify token) + its source's cost (the draft model: its forward's share and its
+  catch-up spread over the request's rounds); a verifying step also pays σ. Positions go
+  by worth / cost, best first, while they raise E / F (so each row keeps a prefix); the
+  step verifies only if that beats B by ``MIN_GAIN``. A row's source: the offer with the
+  larger net gain Σ_j (α^j - c·B) at its best k.
+- **Bounds**: no row's time per token over ``tpot_limit`` of a plain step's less the
+  budget it saved, F <= tpot_limit·E[N_r] + credit_r (a row that gains nothing bounds the
+  whole step; the budget carries slack between steps: ``RequestState.settle``); when a
+  prompt comes next, drafting, verification and σ within ``first_token_room``.
+- **Probes** give every row with an offer one draft, so a stale α is measured again
+  (``ProbeSchedule``); **host time** (``PlanningCost``): a batch size where planning
+  took more than it saved is planned only for probes, nor past the first token's room.
+  Without ``adaptive`` a row verifies all its offer's drafts, within the first token's room.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from dataclasses import dataclass
 
 from vllm_specdec_plugin.control.estimators import Backoff, DecayedRate
@@ -56,10 +41,8 @@ class Offer:
     alpha: float        # per-token acceptance the drafts are priced at
     k: int              # most drafts (n-gram: those found; draft model: its room)
     cost: float = 0.0   # plain steps a position adds beyond its verify token
-    now: float = 0.0    # plain steps the round adds now (a catch-up fed in full):
-                        # counted against the first token's room
-    once: float = 0.0   # plain steps the round adds, amortised (the catch-up spread over
-                        # the request's remaining rounds): on its first position
+    now: float = 0.0    # plain steps the round adds now (its catch-up): first token's room
+    once: float = 0.0   # the same amortised over the request's rounds: on its first position
 
 
 @dataclass(slots=True)
@@ -81,11 +64,9 @@ class StepView:
 
 @dataclass(slots=True)
 class Decision:
-    """What ``decide`` returns: per row (source, k) (("", 0): none), per row the reason
-    it verifies nothing ("" where it does: "no_offer", "adaptive" priced out, "latency"
-    a time-per-token bound, "first_token" the first token's room, "batch" what was
-    left did not beat a plain step), and the rows of the kept positions in the order
-    they were taken (the scheduler keeps a prefix of it: ``Hint``)."""
+    """Per row (source, k) (``NONE``: none) and why it verifies nothing ("" if it does;
+    "no_offer", "adaptive", "latency", "first_token", "batch": the rest did not beat a
+    plain step); ``order``: the kept positions' rows as taken (the scheduler's ``Hint``)."""
 
     ks: list[tuple[str, int]]
     why: list[str]
@@ -96,11 +77,10 @@ def decide(view: StepView, rows: list[RowView]) -> Decision:
     """The step's decision (module docstring)."""
     B, v = max(view.batch, 1), view.verify
     chosen: list[Offer | None] = [_choose(r.offers, v, B) for r in rows]
-    out = [NONE] * len(rows)
     why = ["no_offer" if o is None else "adaptive" for o in chosen]
-    # candidates, best worth per cost first: (-ratio, row, first j, last j, worth, cost).
-    # A row's first item is the prefix that pays its round cost (``once``) best; the
-    # positions after it come one at a time (worth α^j falls, cost stays).
+    # candidates, best worth per cost first: (-ratio, row, first j, last j, worth, cost);
+    # a row's first item is the prefix that pays its round cost (``once``) best, then
+    # one position at a time.
     heap = [_first_item(i, o, v) for i, o in enumerate(chosen) if o is not None]
     heapq.heapify(heap)
     room = view.first_token_room
@@ -144,16 +124,12 @@ def decide(view: StepView, rows: list[RowView]) -> Decision:
         # (the rest of the batch made the step not pay), else "adaptive"
         why = [w if not ki else "batch" if e_row[i] / (1.0 + view.sigma + B * spent_row[i])
                > 1.0 + MIN_GAIN else "adaptive" for i, (ki, w) in enumerate(zip(k, why))]
-        return Decision(out, why, [])
-    for i, ki in enumerate(k):
-        if ki:
-            out[i] = (chosen[i].source, ki)
-    return Decision(out, why, order)
+        return Decision([NONE] * len(rows), why, [])
+    return Decision([(chosen[i].source, ki) if ki else NONE for i, ki in enumerate(k)], why, order)
 
 
 def _first_item(i: int, o: Offer, v: float) -> tuple:
-    """Row ``i``'s first candidate: positions 1..m with the best worth per cost, the
-    round cost ``once`` included (m = 1 without one)."""
+    """Row ``i``'s first candidate: positions 1..m of best worth per cost, ``once`` included."""
     c = max(v + o.cost, 1e-12)
     best, worth, p = None, 0.0, 1.0
     for m in range(1, o.k + 1):
@@ -167,8 +143,7 @@ def _first_item(i: int, o: Offer, v: float) -> tuple:
 
 
 def _choose(offers: list[Offer], v: float, batch: int) -> Offer | None:
-    """The offer with the larger net gain Σ_{j<=k} (α^j - c·B) at its best k (ties: the
-    first listed); None without an offer that has a draft."""
+    """The offer of larger net gain Σ_{j<=k} (α^j - c·B) at its best k (ties: the first)."""
     best, best_gain = None, float("-inf")
     for o in offers:
         if o.k < 1:
@@ -186,9 +161,8 @@ def _choose(offers: list[Offer], v: float, batch: int) -> Offer | None:
 
 def _within(bounds: list, rows: list[RowView], e_row: list[float], ver: list[int], i: int,
             worth: float, f_new: float, slack: float) -> bool:
-    """Whether a step of ``f_new`` plain steps keeps every row within its bound once row
-    ``i`` gains ``worth``; books the gain if so. ``bounds`` is a lazy min-heap of
-    (tpot_limit·E[N_r] + credit_r, r, version)."""
+    """A step of ``f_new`` keeps every row within its bound once row ``i`` gains ``worth``
+    (then booked); ``bounds``: lazy min-heap of (tpot_limit·E[N_r] + credit_r, r, version)."""
     e_row[i] += worth
     ver[i] += 1
     heapq.heappush(bounds, (slack * e_row[i] + rows[i].credit, i, ver[i]))
@@ -204,11 +178,9 @@ def _within(bounds: list, rows: list[RowView], e_row: list[float], ver: list[int
 
 @dataclass(frozen=True, slots=True)
 class Hint:
-    """The decision as the scheduler applies it, for a step whose prompts it knows only
-    then (a request arrived, or one finished and its client's next will): the fitted
-    step (``price``: a, b, p, q seconds of ``cost.StepCost.target``; s0, s1 of σ), the
-    share of a step verification may add (``share``: half of ttft_limit - 1), and the
-    request id of each kept draft position, in the order the policy took them."""
+    """The decision as the scheduler applies it to a step whose prompts only it knows:
+    ``price`` (a, b, p, q s of ``StepCost.target``; s0, s1 of σ), ``share`` (half of
+    ttft_limit - 1), each kept position's request id in the policy's order."""
 
     price: tuple[float, float, float, float, float, float] | None
     share: float
@@ -216,9 +188,8 @@ class Hint:
 
 
 def verify_cap(hint: Hint, decode_rows: int, prefill_tokens: float) -> int | None:
-    """Verify tokens a step with ``decode_rows`` and ``prefill_tokens`` may keep: those
-    that, with σ, lengthen it by at most ``hint.share`` of its predicted time. None
-    without a fit."""
+    """Verify tokens a step with ``decode_rows`` and ``prefill_tokens`` may keep: with σ,
+    at most ``hint.share`` of its predicted time (None without a fit)."""
     if hint.price is None or hint.price[1] <= 0:
         return None
     a, b, p, q, s0, s1 = hint.price
@@ -227,18 +198,13 @@ def verify_cap(hint: Hint, decode_rows: int, prefill_tokens: float) -> int | Non
 
 
 def keep(hint: Hint, cap: int) -> dict[str, int]:
-    """Drafts each request keeps within ``cap`` verify tokens: the first ``cap``
-    positions of the policy's order (a prefix of each row's drafts)."""
-    kept: dict[str, int] = {}
-    for rid in hint.ranking[:cap]:
-        kept[rid] = kept.get(rid, 0) + 1
-    return kept
+    """Drafts each request keeps: the first ``cap`` positions of the policy's order."""
+    return dict(Counter(hint.ranking[:cap]))
 
 
 class ProbeSchedule:
-    """When held rows are probed (``StepView.probe``): a ``Backoff`` that ticks on steps
-    where a row with an offer was priced out; a step that verifies by the policy's own
-    rule resets it, and a probe not followed by one doubles it."""
+    """When held rows are probed: a ``Backoff`` ticking on steps that priced a row out;
+    a step verifying by the policy's rule resets it, a probe not followed by one doubles it."""
 
     def __init__(self) -> None:
         self._backoff = Backoff(PROBE_EVERY, PROBE_MAX)
@@ -249,8 +215,7 @@ class ProbeSchedule:
         return self._held and self._backoff.tick()
 
     def decided(self, decision: Decision, probe: bool) -> None:
-        by_rule = not probe and bool(decision.order)
-        if by_rule:
+        if not probe and decision.order:  # verified by the policy's own rule
             self._backoff.succeeded()
         elif self._probed:
             self._backoff.failed()
@@ -259,10 +224,8 @@ class ProbeSchedule:
 
 
 class PlanningCost:
-    """The host-time term: per batch bucket (powers of two), the decayed mean of target
-    seconds a planned step saved less the host seconds planning took. Below zero over
-    ``HOST_MIN_STEPS`` planned steps, the bucket is not planned but for probes
-    (a ``Backoff``: a probe that still does not pay doubles the wait)."""
+    """The host-time term: per batch bucket (powers of two), the decayed mean of target s a
+    planned step saved less planning's host s; below 0 over ``HOST_MIN_STEPS`` steps, probes only."""
 
     def __init__(self) -> None:
         self._net: dict[int, DecayedRate] = {}
@@ -272,8 +235,7 @@ class PlanningCost:
         self.probing = False  # the last ``plan`` is a skipped bucket's probe
 
     def plan(self, batch: int, room_s: float | None = None) -> bool:
-        """Whether to plan a step at ``batch`` rows (call once a step); ``room_s``: the
-        first token's room in seconds when a prompt comes next."""
+        """Whether to plan a step at ``batch`` rows (``room_s``: the first token's room, s)."""
         self.probing = False
         if room_s is not None and self._host.den and room_s < self._host.value(0.0, 0.0):
             return False
@@ -284,13 +246,12 @@ class PlanningCost:
         return self.probing
 
     def planned(self, batch: int, host_s: float) -> None:
-        """A step at ``batch`` rows took ``host_s`` to plan; ``book`` pairs it with its saving."""
+        """A step at ``batch`` rows took ``host_s`` to plan (``book`` pairs its saving)."""
         self._pending = (batch.bit_length(), max(host_s, 0.0))
         self._host.add(max(host_s, 0.0), 1.0)
 
     def book(self, saved_s: float | None) -> None:
-        """Target seconds the step just verified saved (None: unmeasurable, e.g. it
-        carried a prefill; the plan's pair is dropped)."""
+        """Target seconds the step just verified saved (None: unmeasurable, dropped)."""
         pending, self._pending = self._pending, None
         if pending is None or saved_s is None:
             return

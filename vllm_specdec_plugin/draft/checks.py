@@ -59,14 +59,15 @@ def _json(path: Path) -> dict[str, Any]:
         raise SpecDecConfigError(f"cannot read {path}: {e}. Fix or replace the file.") from None
 
 
-def _eos_ids(folder: Path, cfg: dict[str, Any]) -> set[int]:
+def _eos(eos: Any, folder: str | Path | None) -> set[int]:
+    """EOS ids: a config's ``eos_token_id`` (int or list) and its folder's
+    generation_config.json's."""
     ids: set[int] = set()
-    gen = folder / "generation_config.json"
-    for src in ([cfg] + ([_json(gen)] if gen.is_file() else [])):
-        e = src.get("eos_token_id")
+    gen = Path(folder, "generation_config.json") if folder else None
+    for e in (eos, _json(gen).get("eos_token_id") if gen and gen.is_file() else None):
         if isinstance(e, int):
             ids.add(e)
-        elif isinstance(e, list):
+        elif isinstance(e, (list, tuple)):
             ids.update(int(x) for x in e)
     return ids
 
@@ -74,11 +75,8 @@ def _eos_ids(folder: Path, cfg: dict[str, Any]) -> set[int]:
 def check_draft_compatible(draft: Path, target_hf_config: Any, target_tokenizer: str,
                            target_model_dir: str | None, max_model_len: int,
                            probe: str) -> dict[str, Any]:
-    """Raise DraftCompatibilityError unless ``draft`` can draft for the target.
-
-    target_hf_config: the target's transformers config (attribute access).
-    Returns the draft's config.json as a dict.
-    """
+    """The draft's config.json as a dict; DraftCompatibilityError unless ``draft`` can
+    draft for the target (``target_hf_config``: its transformers config)."""
     cfg = _json(draft / "config.json")
     arch = (cfg.get("architectures") or ["?"])[0]
     if not arch.endswith("ForCausalLM") or arch not in _registered_architectures():
@@ -93,8 +91,8 @@ def check_draft_compatible(draft: Path, target_hf_config: Any, target_tokenizer:
             f"draft vocab_size {cfg.get('vocab_size')} != target vocab_size {t_vocab}. Fix: "
             "pick a draft trained with the target's tokenizer (same family, e.g. "
             "Llama-3.2-1B for Llama-3.2-3B).")
-    t_eos = _target_eos(target_hf_config, target_model_dir)
-    d_eos = _eos_ids(draft, cfg)
+    t_eos = _eos(getattr(target_hf_config, "eos_token_id", None), target_model_dir)
+    d_eos = _eos(cfg.get("eos_token_id"), draft)
     if t_eos and d_eos and not (t_eos & d_eos):
         raise DraftCompatibilityError(
             f"draft EOS token ids {sorted(d_eos)} share none with the target's {sorted(t_eos)}. "
@@ -109,22 +107,6 @@ def check_draft_compatible(draft: Path, target_hf_config: Any, target_tokenizer:
     return cfg
 
 
-def _target_eos(hf_config: Any, model_dir: str | None) -> set[int]:
-    ids: set[int] = set()
-    e = getattr(hf_config, "eos_token_id", None)
-    if isinstance(e, int):
-        ids.add(e)
-    elif isinstance(e, (list, tuple)):
-        ids.update(int(x) for x in e)
-    if model_dir and Path(model_dir, "generation_config.json").is_file():
-        g = _json(Path(model_dir, "generation_config.json")).get("eos_token_id")
-        if isinstance(g, int):
-            ids.add(g)
-        elif isinstance(g, list):
-            ids.update(int(x) for x in g)
-    return ids
-
-
 def _check_tokenizers(draft: Path, target_tokenizer: str, probe: str) -> None:
     d_ids, t_ids = _encode(draft, probe, "draft"), _encode(Path(target_tokenizer), probe, "target")
     if d_ids != t_ids:
@@ -135,13 +117,10 @@ def _check_tokenizers(draft: Path, target_tokenizer: str, probe: str) -> None:
 
 
 def _encode(folder: Path, probe: str, who: str) -> list[int]:
-    """Token ids of ``probe`` (no special tokens).
-
-    With a tokenizer.json, the ``tokenizers`` library reads it as written: that file
-    defines what the ids mean. (transformers may substitute a model-specific class by
-    model_type, e.g. Qwen2Tokenizer for any qwen2 config, whose pre-tokenizer differs
-    from the file's.) Otherwise transformers' AutoTokenizer (hub ids, sentencepiece).
-    """
+    """Token ids of ``probe`` (no special tokens): a tokenizer.json read as written by the
+    ``tokenizers`` library (that file defines the ids; transformers may substitute a
+    class by model_type, e.g. Qwen2Tokenizer, whose pre-tokenizer differs), else
+    transformers' AutoTokenizer (hub ids, sentencepiece)."""
     if (folder / "tokenizer.json").is_file():
         from tokenizers import Tokenizer
 
@@ -161,10 +140,8 @@ def _encode(folder: Path, probe: str, who: str) -> list[int]:
 
 def check_draft_budget(draft_cfg: dict[str, Any], dtype: str, block_size: int,
                        budget_mib: float, max_model_len: int) -> int:
-    """Blocks the draft KV budget holds; SpecDecConfigError if fewer than one request.
-
-    draft_cfg: the draft's config.json; dtype: float32/bfloat16/float16.
-    """
+    """Blocks the draft KV budget holds (``draft_cfg``: its config.json); SpecDecConfigError
+    if fewer than one request."""
     heads = int(draft_cfg["num_attention_heads"])
     kv_heads = int(draft_cfg.get("num_key_value_heads") or heads)
     head_dim = int(draft_cfg.get("head_dim") or int(draft_cfg["hidden_size"]) // heads)

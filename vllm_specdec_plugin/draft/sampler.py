@@ -1,12 +1,9 @@
-"""Draft token choice per pass, on the draft's device: argmax for greedy rows, a
-sample from q (the request's own sampling pipeline over the draft's logits) for
-sampled rows. q stays on the device in the [rows, k, V] form the rejection sampler
-consumes; nothing round-trips through host memory.
-
-A seeded sampled row drafts first_argmax(q_t / E_t) at absolute position t, with the
-noise E_t (`token_draw.position_noise`) its verification uses for p_t: a sample from
-q coupled to the target's y_t, accepted with probability >= (1 - TV) / (1 + TV)
-(a little below the 1 - TV of unseeded rows' rejection sampling).
+"""Draft token choice per pass, on the draft's device: argmax for greedy rows, a sample
+from q (the request's sampling pipeline over the draft's logits) for sampled rows; q
+stays on the device as [rows, k, V] for the rejection sampler. A seeded sampled row
+drafts with the noise its verification uses for that output token (vLLM's own seed
+for it, ``compat/seeded.py``): accepted whenever that noise picks the same token
+under q as under p.
 """
 
 from __future__ import annotations
@@ -16,28 +13,21 @@ from typing import Any, Sequence
 
 import torch
 
-from vllm_specdec_plugin.token_draw import (coupled_token, first_argmax, position_noise,
-                                            sample_from_weights)
+from vllm_specdec_plugin.compat.seeded import seeded_tokens
+from vllm_specdec_plugin.token_draw import first_argmax, sample_from_weights
 from vllm_specdec_plugin.sampling.pipeline import target_probs
 
 
 class DraftSampler:
-    """Chooses the drafts of one round. Rows follow the round's plan order.
-
-    specs: per row, a SamplingSpec (sampled from q) or None (argmax).
-    prompts / outputs: per row, the request's prompt and output token ids, read only
-      for rows with a penalty (penalties see output + drafts so far); others may be [].
-    seeds: per row, the request's seed (int) or None; read for sampled rows only.
-    masks: optional; ``masks.apply(logits, pos, drafts)`` masks the logits of pass
-      ``pos`` in place before the drafts are chosen (structured-output rows).
-    lengths: per row, the committed length L (prompt + output tokens), required when
-      a sampled row is seeded: pass ``pos`` drafts the token at position L + pos.
-    """
+    """Chooses one round's drafts, rows in plan order. Per row: ``specs`` a SamplingSpec
+    (sampled from q) or None (argmax); ``prompts`` / ``outputs`` its token ids (read
+    only with a penalty); ``streams`` for a seeded row (its ``token_draw.SeedStream``,
+    the output index its pass 0 drafts), else None. ``masks``:
+    ``masks.apply(logits, pos, drafts)`` masks pass ``pos`` in place (structured rows)."""
 
     def __init__(self, specs: Sequence[Any], prompts: Sequence[Sequence[int]],
-                 outputs: Sequence[Sequence[int]], seeds: Sequence[int | None],
-                 k_max: int, vocab_size: int, device: torch.device, masks: Any = None,
-                 lengths: Sequence[int] | None = None):
+                 outputs: Sequence[Sequence[int]], streams: Sequence[tuple[Any, int] | None],
+                 k_max: int, vocab_size: int, device: torch.device, masks: Any = None):
         self.device = device
         self.masks = masks
         self.sampled = [i for i, s in enumerate(specs) if s is not None]
@@ -46,10 +36,7 @@ class DraftSampler:
             return
         idx = self.sampled
         self.specs = [specs[i] for i in idx]
-        self.seeds = [seeds[i] for i in idx]
-        if any(s is not None for s in self.seeds) and lengths is None:
-            raise ValueError("seeded sampled rows need lengths (their committed length L)")
-        self.lengths = [lengths[i] for i in idx] if lengths is not None else [0] * len(idx)
+        self.streams = [streams[i] for i in idx]
         # Histories only for penalised rows (the pipeline reads no others): [S, L]
         # tensors whose other rows stay empty padding; not built when none has one.
         self.penalised = any(s.has_penalties for s in self.specs)
@@ -61,21 +48,19 @@ class DraftSampler:
         # One uniform per unseeded row and pass, drawn once for the round on the
         # device: a pass launches no host-to-device copy. [k_max, S] float64.
         self.uniform = (torch.rand((k_max, len(idx)), dtype=torch.float64, device=device)
-                        if any(s is None for s in self.seeds) else None)
+                        if any(s is None for s in self.streams) else None)
         self._rows: dict[int, torch.Tensor | slice] = {}  # by count: see _batch_rows
 
     @property
     def argmax_only(self) -> bool:
-        """Every row drafts the argmax with no mask: a reduced draft vocabulary's
-        logits suffice (``pick`` with ``ids``), no [n, V] row is needed."""
+        """Every row drafts the argmax unmasked: a reduced vocabulary's logits suffice."""
         return not self.sampled and self.masks is None
 
     def pick(self, logits: torch.Tensor, pos: int, drafts: torch.Tensor,
              ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Draft ``pos`` of the first ``len(logits)`` rows. logits [n, V] float32, or
-        with ``ids`` (int64 [N], sorted; only when ``argmax_only``) the logits of those
-        tokens, [n, N]; drafts [B, k_max] int64 holds the earlier drafts. Returns [n]
-        int64."""
+        """Draft ``pos`` ([n] int64) of the first n rows: logits [n, V] float32, or [n, N]
+        of the sorted ``ids`` (int64 [N]; only when ``argmax_only``); drafts [B, k_max]
+        holds the earlier drafts."""
         if ids is not None:  # sorted ids: the lowest id wins a tie, as over all of V
             return ids[first_argmax(logits)]
         if self.masks is not None:
@@ -92,20 +77,21 @@ class DraftSampler:
             history = torch.cat([self.outputs[:count], drafts[rows, :pos]], dim=1)
         else:
             prompt = history = [[]] * count
-        q = target_probs(logits[rows], self.specs[:count], prompt, history)  # [S, V]
-        # Seeded rows race q against their position's noise (shared with the target's
-        # verification); the others invert q's CDF with the round's uniforms.
-        seeded = [m for m in range(count) if self.seeds[m] is not None]
-        if not seeded:
+        seeded = [m for m in range(count) if self.streams[m] is not None]
+        keep = [m in seeded for m in range(count)] if seeded else None
+        q = target_probs(logits[rows], self.specs[:count], prompt, history, keep)  # [S, V]
+        if not seeded:  # invert q's CDF with the round's uniforms
             tokens[rows] = sample_from_weights(q, self.uniform[pos, :count])
         else:
-            noise = torch.ones_like(q)  # unseeded rows' entries are never read
+            # Seeded rows take their output token's own noise on q's logits (as their
+            # verification does on p's); the rows kept as logits become q after.
+            choice = torch.empty(count, dtype=torch.long, device=self.device)
             for m in seeded:
-                noise[m] = position_noise(self.seeds[m], self.lengths[m] + pos, q.shape[1],
-                                          self.device)
-            choice = coupled_token(q, noise)                               # [S]
+                stream, start = self.streams[m]
+                choice[m] = seeded_tokens(q[m:m + 1], stream, start + pos)[0]
+                q[m] = torch.softmax(q[m], dim=-1)
             if len(seeded) < count:  # unseeded rows too (so self.uniform exists)
-                free = torch.tensor([m for m in range(count) if self.seeds[m] is None],
+                free = torch.tensor([m for m in range(count) if self.streams[m] is None],
                                     device=self.device)
                 choice[free] = sample_from_weights(q[free], self.uniform[pos, free])
             tokens[rows] = choice
@@ -113,9 +99,8 @@ class DraftSampler:
         return tokens
 
     def _batch_rows(self, count: int) -> torch.Tensor | slice:
-        """The batch rows of the first ``count`` sampled rows: a slice where they are
-        rows 0..count-1 (every row sampled: views, no gather), else an index tensor
-        made once per count (a host-to-device copy)."""
+        """The batch rows of the first ``count`` sampled rows: a slice where they are rows
+        0..count-1 (views), else an index tensor made once per count."""
         rows = self._rows.get(count)
         if rows is None:
             if self.sampled[count - 1] == count - 1:

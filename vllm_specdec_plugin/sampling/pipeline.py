@@ -1,13 +1,9 @@
 """The request sampling pipeline: raw logits -> the distribution a request samples from.
 
-The same function produces the target distribution p (from the target model's
-verification logits) and the draft distribution q (from the draft model's logits), so
-both go through identical transforms. Lossless speculative decoding needs the output
-to be distributed as the *processed* p, i.e. what vLLM's own `Sampler` would sample
-from for this request; q only has to be the distribution the draft token was actually
-drawn from.
-
-Order of operations (mirrors vLLM 0.32 `v1/sample/sampler.py`, `Sampler.forward` ->
+One function makes the target's p (verification logits) and the draft's q, so both go
+through identical transforms. Lossless speculation needs the output distributed as the
+*processed* p, what vLLM's own `Sampler` samples from; q only has to be what the draft
+token was drawn from. Order (vLLM 0.32 `v1/sample/sampler.py`, `Sampler.forward` ->
 `apply_logits_processors` -> `sample`):
 
 1. logits -> float32 (`Sampler.forward`).
@@ -62,24 +58,15 @@ SAMPLING_EPS = 1e-5
 class SamplingSpec:
     """One request's sampling parameters, in the units vLLM uses."""
 
-    temperature: float = 1.0
-    """Softmax temperature; values below 1e-5 (vLLM's `_SAMPLING_EPS`) mean greedy."""
-    top_k: int = 0
-    """Keep the k highest logits (ties at the boundary all kept); <= 0 or >= V is off."""
-    top_p: float = 1.0
-    """Nucleus mass in (0, 1]; 1.0 is off."""
-    min_p: float = 0.0
-    """Drop tokens with prob < min_p * max prob (after temperature); 0 is off."""
-    repetition_penalty: float = 1.0
-    """> 0; tokens seen in prompt or output: positive logits / penalty, others * penalty."""
-    presence_penalty: float = 0.0
-    """Subtracted once from the logit of every token present in the output history."""
-    frequency_penalty: float = 0.0
-    """Subtracted per occurrence of the token in the output history."""
-    logit_bias: tuple[tuple[int, float], ...] | None = None
-    """(token id, bias) pairs added to the raw logits before penalties; ids unique."""
-    seed: int | None = None
-    """Per-request seed; the caller builds `torch.Generator().manual_seed(seed)`."""
+    temperature: float = 1.0        # below SAMPLING_EPS: greedy
+    top_k: int = 0                  # keep the k highest logits (boundary ties kept); <= 0 or >= V: off
+    top_p: float = 1.0              # nucleus mass in (0, 1]; 1.0: off
+    min_p: float = 0.0              # drop prob < min_p * max prob (after temperature); 0: off
+    repetition_penalty: float = 1.0  # > 0; seen in prompt or output: logit > 0 / it, else * it
+    presence_penalty: float = 0.0   # subtracted once per token present in the output
+    frequency_penalty: float = 0.0  # subtracted per occurrence in the output
+    logit_bias: tuple[tuple[int, float], ...] | None = None  # (token id, bias), ids unique
+    seed: int | None = None         # per-request seed (``make_generator``)
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -89,29 +76,25 @@ class SamplingSpec:
         if not 0.0 <= self.min_p <= 1.0:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
         if self.repetition_penalty <= 0:
-            raise ValueError(
-                f"repetition_penalty must be > 0, got {self.repetition_penalty}"
-            )
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         if self.logit_bias is not None:
             ids = [tok for tok, _ in self.logit_bias]
             if len(set(ids)) != len(ids):
                 raise ValueError(f"logit_bias has duplicate token ids: {ids}")
 
     @property
-    def is_greedy(self) -> bool:
-        """True when the request takes the argmax (vLLM `SamplingType.GREEDY`)."""
+    def is_greedy(self) -> bool:  # vLLM's SamplingType.GREEDY
         return self.temperature < SAMPLING_EPS
 
     @property
-    def has_penalties(self) -> bool:
-        """True when a repetition, presence or frequency penalty is set (histories read)."""
+    def has_penalties(self) -> bool:  # (the histories are read)
         return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
                 or self.frequency_penalty != 0.0)
 
     @property
     def takes_raw_argmax(self) -> bool:
-        """Greedy with no logit_bias and no penalties: the token is the argmax of the
-        raw logits (min_p, top-k and top-p never change the argmax)."""
+        """Greedy without logit_bias or penalties: the raw logits' argmax (min_p, top-k and
+        top-p never change it)."""
         return self.is_greedy and not self.logit_bias and not self.has_penalties
 
     @classmethod
@@ -126,11 +109,7 @@ class SamplingSpec:
             repetition_penalty=float(getattr(sp, "repetition_penalty", 1.0)),
             presence_penalty=float(getattr(sp, "presence_penalty", 0.0)),
             frequency_penalty=float(getattr(sp, "frequency_penalty", 0.0)),
-            logit_bias=(
-                tuple(sorted((int(t), float(b)) for t, b in bias.items()))
-                if bias
-                else None
-            ),
+            logit_bias=tuple(sorted((int(t), float(b)) for t, b in bias.items())) if bias else None,
             seed=getattr(sp, "seed", None),
         )
 
@@ -149,20 +128,20 @@ def target_probs(
     specs: Sequence[SamplingSpec],  # [B]
     prompt_token_ids: Histories,  # [B][L_prompt] or [B, L] padded
     output_token_ids: Histories,  # [B][L_out] or [B, L] padded
+    keep_logits: Sequence[bool] | None = None,  # [B]: sampled rows returned as logits
 ) -> torch.Tensor:
-    """The distribution each row samples from, as vLLM's `Sampler` would.
-
-    Used for the target (p) and the draft (q) alike. Returns probs [B, V] float32
-    (rows sum to 1; greedy rows are the one-hot of the processed argmax). Histories
-    are read only for rows with a penalty; other rows' entries may be empty.
-    """
+    """The distribution each row samples from, as vLLM's `Sampler` would, for p and q
+    alike: probs [B, V] float32 (greedy rows: the one-hot of the processed argmax;
+    ``keep_logits`` sampled rows: the processed logits, before the softmax).
+    Histories are read only for rows with a penalty; others may be empty."""
     if logits.ndim != 2:
         raise ValueError(f"logits must be [B, V], got {tuple(logits.shape)}")
     _check_batch(specs, logits.shape[0])
     check_histories(prompt_token_ids, logits.shape[0])
     check_histories(output_token_ids, logits.shape[0])
     return _probs(logits, specs, lambda r: history_rows(prompt_token_ids, r),
-                  lambda r: history_rows(output_token_ids, r), one_hot_greedy=True)
+                  lambda r: history_rows(output_token_ids, r), one_hot_greedy=True,
+                  keep_logits=keep_logits)
 
 
 def position_probs(
@@ -171,15 +150,13 @@ def position_probs(
     prompt_token_ids: Sequence[Sequence[int]],  # [B][L_prompt]
     output_token_ids: Sequence[Sequence[int]],  # [B][L_out]
     draft_token_ids: Sequence[Sequence[int]],  # [B][k_b]
+    keep_logits: Sequence[bool] | None = None,  # [B]: sampled requests returned as logits
 ) -> torch.Tensor:
-    """`target_probs` at every speculative position, drafts entering the history.
-
-    vLLM's flat verification layout: request b owns k_b + 1 consecutive rows of
-    ``logits``, its positions 0..k_b (T = sum(k_b + 1)); position j's output history
-    is `output[b] + drafts[b][:j]` (`histories.expand_histories`). Returns [T, V] float32:
-    probs for sampled rows, the processed logits for greedy rows (only their argmax
-    means anything: the rejection step reads nothing else).
-    """
+    """`target_probs` at every speculative position, in vLLM's flat layout: request b
+    owns k_b + 1 consecutive rows, its positions 0..k_b, position j's output history
+    `output[b] + drafts[b][:j]`. Returns [T, V] float32: probs for sampled rows, the
+    processed logits for greedy rows (the rejection step reads only their argmax) and
+    for ``keep_logits`` requests (seeded rows: vLLM's sampling op takes logits)."""
     if logits.ndim != 2:
         raise ValueError(f"logits must be [T, V], got {tuple(logits.shape)}")
     _check_batch(specs, len(draft_token_ids))
@@ -197,7 +174,9 @@ def position_probs(
         return [[*output_token_ids[owner[r]], *draft_token_ids[owner[r]][: pos[r]]]
                 for r in rows]
 
-    return _probs(logits, flat_specs, prompts, histories, one_hot_greedy=False)
+    flat_keep = None if keep_logits is None else [keep_logits[b] for b in owner]
+    return _probs(logits, flat_specs, prompts, histories, one_hot_greedy=False,
+                  keep_logits=flat_keep)
 
 
 # --------------------------------------------------------------------------- internals
@@ -214,13 +193,12 @@ def _probs(
     prompts: Callable[[list[int]], Histories],  # rows -> their prompt histories
     outputs: Callable[[list[int]], Histories],  # rows -> their output histories
     one_hot_greedy: bool,
+    keep_logits: Sequence[bool] | None = None,  # [N]: sampled rows left as logits
 ) -> torch.Tensor:
-    """[N, V] float32: probs for sampled rows; greedy rows the one-hot of the processed
-    argmax, or (one_hot_greedy False) the processed logits themselves.
-
-    Every step below is row-independent, so a step is applied only to the rows it
-    changes: that is bit-identical to vLLM applying it (as a no-op) to every row.
-    """
+    """[N, V] float32: probs for sampled rows (``keep_logits`` ones: the processed
+    logits); greedy rows the one-hot of the processed argmax, or (one_hot_greedy False)
+    the processed logits. Each step is row-independent and runs only on the rows it
+    changes: bit-identical to vLLM's no-op on the others."""
     num_rows, vocab_size = logits.shape
     device = logits.device
     logits = logits.to(torch.float32, copy=True)
@@ -235,13 +213,10 @@ def _probs(
             toks.append(tok)
             vals.append(bias)
     if rows:
-        index = (
-            torch.tensor(rows, dtype=torch.long, device=device),
-            torch.tensor(toks, dtype=torch.long, device=device),
-        )
-        logits.index_put_(
-            index, torch.tensor(vals, dtype=torch.float32, device=device), accumulate=True
-        )
+        index = (torch.tensor(rows, dtype=torch.long, device=device),
+                 torch.tensor(toks, dtype=torch.long, device=device))
+        logits.index_put_(index, torch.tensor(vals, dtype=torch.float32, device=device),
+                          accumulate=True)
 
     # 3. penalties, by vLLM's own op, on the penalised rows only: histories are
     # built for those alone (the op is per row; a no-op penalty is x * 1.0, x - 0.0).
@@ -289,11 +264,8 @@ def _probs(
     cut = [i for i, s in enumerate(r_specs) if s.top_p < 1.0 or 0 < s.top_k < vocab_size]
     if cut:
         c_specs = [r_specs[i] for i in cut]
-        top_k = torch.tensor(
-            [s.top_k if 0 < s.top_k < vocab_size else vocab_size for s in c_specs],
-            dtype=torch.long,
-            device=device,
-        )
+        top_k = torch.tensor([s.top_k if 0 < s.top_k < vocab_size else vocab_size for s in c_specs],
+                             dtype=torch.long, device=device)
         top_p = _row_tensor(c_specs, "top_p", device)
         from vllm_specdec_plugin.compat.top_k_top_p import apply_top_k_top_p
 
@@ -303,8 +275,11 @@ def _probs(
             top_p if bool((top_p < 1.0).any()) else None,
         ))
 
-    # 8. softmax.
+    # 8. softmax (not for rows kept as logits).
     probs = torch.softmax(r_logits, dim=-1, dtype=torch.float32)
+    kept = [i for i, r in enumerate(random) if keep_logits is not None and keep_logits[r]]
+    if kept:
+        _put(probs, kept, _select(r_logits, kept))
     if len(random) == num_rows:
         return probs
     _put(logits, random, probs)
@@ -329,6 +304,4 @@ def _put(x: torch.Tensor, rows: list[int], values: torch.Tensor) -> None:
 
 
 def _row_tensor(specs: Sequence[SamplingSpec], name: str, device) -> torch.Tensor:
-    return torch.tensor(
-        [getattr(s, name) for s in specs], dtype=torch.float32, device=device
-    )
+    return torch.tensor([getattr(s, name) for s in specs], dtype=torch.float32, device=device)

@@ -1,5 +1,5 @@
 """A vLLM config and process state for driving the proposer without an engine
-(tests and profiling scripts only).
+(tests only; not in the wheel).
 
 Why: proposer-level tests feed ``propose`` hand-made batches and compare drafts with
   a reference model. Since the draft runs on vLLM's model classes, loading it needs

@@ -1,4 +1,5 @@
-"""The slow, obviously-correct rejection sampler that tests hold `rejection_sample` to.
+"""The slow, obviously-correct rejection sampler that tests hold `rejection_sample` to
+(test code: not in the wheel).
 
 One request at a time, in Python loops, with the same contract and the same random
 draws as `rejection.rejection_sample` (its docstring: vocabulary, layout, draws), so
@@ -11,9 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
-from vllm_specdec_plugin.rejection import PLACEHOLDER_TOKEN_ID, check_shapes, coupled_rows
-from vllm_specdec_plugin.token_draw import (coupled_token, position_noise_rows,
-                                            sample_from_weights)
+from vllm_specdec_plugin.rejection import PLACEHOLDER_TOKEN_ID, check_shapes
+from vllm_specdec_plugin.token_draw import sample_from_weights
 
 
 def rejection_sample_reference(
@@ -22,14 +22,14 @@ def rejection_sample_reference(
     draft_probs: torch.Tensor | None,  # [sum(n_b), V] float, or None (point mass)
     target_probs: torch.Tensor,  # [sum(n_b + 1), V] float
     is_greedy: torch.Tensor,  # [B] bool
-    seeds: Sequence[int | None] | None = None,  # [B]
-    positions: Sequence[int] | None = None,  # [B]
+    seeded: Sequence[bool] | None = None,  # [B]
+    seeded_tokens: torch.Tensor | None = None,  # [T]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Slow, obviously-correct per-row loop; same contract as `rejection_sample`."""
     batch, max_k, vocab, device = check_shapes(
         draft_token_ids, num_draft_tokens, draft_probs, target_probs, is_greedy
     )
-    coupled = coupled_rows(seeds, positions, is_greedy)
+    coupled = list(seeded) if seeded is not None else [False] * batch
     # Unseeded sampled rows: the same one batched draw as the fast version.
     shared = None
     if not all(g or c for g, c in zip(is_greedy.tolist(), coupled)):
@@ -44,13 +44,13 @@ def rejection_sample_reference(
         n = int(num_draft_tokens[b])
         p = target_probs[p_start : p_start + n + 1].to(torch.float32)  # [n + 1, V]
         q_all = None if draft_probs is None else draft_probs[q_start : q_start + n].float()
+        y = None if seeded_tokens is None else seeded_tokens[p_start : p_start + n + 1]
         p_start, q_start = p_start + n + 1, q_start + n
         tokens: list[int] = []
 
         if bool(is_greedy[b]) or coupled[b]:
-            if coupled[b]:  # y_j: the exponential race on position t0 + j's noise
-                noise = position_noise_rows(seeds[b], int(positions[b]), n + 1, vocab, device)
-                best_of = [int(coupled_token(p[j], noise[j])) for j in range(n + 1)]
+            if coupled[b]:  # y_j: the token the request's own noise samples (the caller's)
+                best_of = [int(y[j]) for j in range(n + 1)]
             else:
                 best_of = [int(p[j].argmax()) for j in range(n + 1)]
             for j in range(n):

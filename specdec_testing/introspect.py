@@ -1,7 +1,7 @@
-"""Reach the proposer inside an offline ``vllm.LLM`` (tests and benchmarks only).
+"""Reach the proposer inside an offline ``vllm.LLM`` (tests only; not in the wheel).
 
-Why: tests must check draft-pool state (free == total after drain) and benchmarks
-  read the proposer's timers; vLLM exposes no handle to a worker's drafter.
+Why: tests must check draft-pool state (free == total after drain) and the proposer's
+  counters; vLLM exposes no handle to a worker's drafter.
 How: with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` the engine core, executor, worker and
   model runner live in this process; walk llm.llm_engine -> engine_core (InprocClient)
   -> engine_core -> model_executor -> driver_worker -> worker -> model_runner.drafter.

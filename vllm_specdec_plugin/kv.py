@@ -1,8 +1,9 @@
-"""Block allocator and per-request block tables for the draft KV cache.
+"""The draft model's own paged KV bookkeeping: block allocator and block tables.
 
 Pure Python (no torch): a free list of block ids, and for each request a table of the
 blocks holding its tokens' KV. Token ``t`` of a request lives in slot
-``table.blocks[t // block_size] * block_size + t % block_size`` of the flat cache.
+``table.blocks[t // block_size] * block_size + t % block_size`` of the flat cache, whose
+tensors ``compat/draft_model.py`` allocates in the attention backend's layout.
 
 Rollback is a length change: ``trim(n)`` keeps the first ``n`` tokens, returns whole
 tail blocks to the free list and keeps a partial last block; stale slots in it are
