@@ -279,22 +279,17 @@ class DraftModelProposer:
                                                    self.cost.sigma.slope(0)), share, ())
         if not rows:
             return [], False
-        probe_ngram = False
         if self.planning_cost is not None:
             room_s = None if room is None else room * prices.plain_s
             if not self.planning_cost.plan(batch, room_s):
                 for row in rows:
                     self._hold(req_ids[row], int(lengths[row]), "host_time")
                 return [], False
-            # a host-time probe plans n-gram drafts only: after skipped steps every
-            # row's draft KV lags, and a model round would first feed all of it
-            probe_ngram = self.planning_cost.probing
         views, lookups = [], []
         for row in rows:
             req = self.requests[req_ids[row]]
             view, lookup = self.planner.offers(req, int(lengths[row]), token_ids_cpu[row],
-                                               self._end(row, req_ids[row]), prices,
-                                               model=not probe_ngram)
+                                               self._end(row, req_ids[row]), prices)
             views.append(view)
             lookups.append(lookup)
         probe = c.adaptive and self.probes.probe()
