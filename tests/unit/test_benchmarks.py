@@ -152,6 +152,29 @@ def test_output_spread_gives_each_request_its_length(tmp_path):
 
 
 @pytest.mark.unit
+def test_sampled_chat_workloads_send_their_own_sampling_and_seed():
+    """sharegpt-t07 (-seeded) send T 0.7 / top-p 0.9 (and a seed in the request body)
+    whatever --temperature says; the other workloads send --temperature; all three draw
+    ShareGPT conversations, and the report labels the sampled ones."""
+    import json
+
+    from benchmarks import serving, serving_client, serving_report
+
+    args = serving.parse_args(["--workloads", "sharegpt,sharegpt-t07,sharegpt-t07-seeded",
+                               "--temperature", "0"])
+    assert serving_client._sampling_args("sharegpt", args) == ["--temperature", "0.0"]
+    assert serving_client._sampling_args("sharegpt-t07", args) == [
+        "--temperature", "0.7", "--top-p", "0.9"]
+    seeded = serving_client._sampling_args("sharegpt-t07-seeded", args)
+    assert seeded[:4] == ["--temperature", "0.7", "--top-p", "0.9"]
+    assert seeded[4] == "--extra-body" and "seed" in json.loads(seeded[5])
+    assert all(serving_client.is_sharegpt(w) for w in args.workloads)
+    assert not serving_client.is_sharegpt("unique")
+    assert "not exact on CPU" in serving_report.workload_label("sharegpt-t07-seeded")
+    assert serving_report.workload_label("sharegpt") == "sharegpt"
+
+
+@pytest.mark.unit
 def test_an_empty_load_list_means_none_but_one_kind_is_needed():
     """``--concurrency ''`` runs rates only (as ``--rates ''`` runs concurrencies only);
     with neither there is nothing to measure, and the error says what to give."""
@@ -538,3 +561,21 @@ def test_step_log_summarises_decode_steps_by_kind_and_the_prompt_share(tmp_path,
                    "  all         verify decode steps      2, median rows 3, 65.00 ms, gap 6.50 ms",
                    "  rows 2-8    plain  decode steps      3, median rows 3, 42.00 ms, gap 1.20 ms",
                    "  rows 2-8    verify decode steps      2, median rows 3, 65.00 ms, gap 6.50 ms"]
+
+
+@pytest.mark.unit
+def test_ngram_followers_reads_the_longest_match_and_the_sampling_distribution():
+    """benchmarks.ngram_followers: the longest suffix's follower counts (as NGramIndex
+    matches), and p after temperature then top-p (the nucleus keeps the tokens whose
+    mass before them is under top_p)."""
+    import torch
+
+    from benchmarks.ngram_followers import followers_at, sampling_probs
+
+    # "1 2" occurred twice, followed by 3 then 4; the 3-gram "9 1 2" never before
+    assert followers_at([1, 2, 3, 1, 2, 4, 9, 1, 2]) == ({3: 1, 4: 1}, 4)
+    assert followers_at([5, 6, 7]) is None
+    p = sampling_probs(torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])), 1.0, 0.7)
+    assert torch.allclose(p, torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
+    p = sampling_probs(torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])), 1.0, 1.0)
+    assert torch.allclose(p, torch.tensor([[0.5, 0.3, 0.15, 0.05]]))

@@ -128,6 +128,20 @@ PATCHES: tuple[Patch, ...] = (
     pipeline (the one the draft's q goes through) -> rejection, reusing vLLM's parse_output
     and logprobs. A step in which no row has drafts and none is seeded goes to vLLM's plain
     Sampler, as without speculation; plain-greedy batches verify from the argmax alone."""),
+    Patch(_GMR, "GPUModelRunner._input_fits_in_drafter",
+          "runner_hooks.wrap_input_fits_in_drafter", ("worker",),
+          why="""vLLM 0.32 drafts for the whole batch or for nobody: while any request is within
+    k tokens of max_model_len (max_seq_len + k > max_model_len) it skips the drafter and hands
+    the scheduler k drafts of token id 0 for every row, which the target then verifies and
+    rejects. Beside one request at its context's end every other row paid k verify tokens a
+    step for nothing and lost its own drafts (tests/engine/test_seeded_matches_vllm.py: the
+    adaptive engine's seeded rows beside max_model_len verified 1,200 such drafts, 4 %
+    accepted).""",
+          how="""with our drafter, the batch always fits (given attention metadata): our proposer
+    bounds each row's drafts by the row's own room before max_model_len and max_tokens
+    (planning.Planner.room), and vLLM's scheduler caps scheduled tokens at max_model_len.""",
+          upstream="a per-row length check in vLLM's drafting (or none for proposers that bound k).",
+          remove_when="vLLM checks the drafter's fit per row."),
     Patch(_GMR, "GPUModelRunner.sample_tokens", "draft_ids_return.wrap_sample_tokens",
           ("worker",), **_DRAFT_IDS,
           how="""with our drafter and synchronous scheduling the ModelRunnerOutput carries

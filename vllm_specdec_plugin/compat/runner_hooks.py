@@ -1,7 +1,7 @@
 """Our proposer's access to vLLM's GPUModelRunner (CPUModelRunner subclasses it).
 
-The ``_update_states`` wrapper (why and how: its row of ``compat.patches``) and the
-runner state our proposer reads and writes (request ids, sampling parameters, draft probs).
+The ``_update_states`` and ``_input_fits_in_drafter`` wrappers (why and how: their rows
+of ``compat.patches``) and the runner state our proposer reads and writes (request ids, sampling parameters, draft probs).
 """
 
 from __future__ import annotations
@@ -27,6 +27,15 @@ def wrap_update_states(original: Any) -> Any:
         return result
 
     return _update_states
+
+
+def wrap_input_fits_in_drafter(original: Any) -> Any:
+    def _input_fits_in_drafter(self, common_attn_metadata):  # noqa: ANN001 - vLLM signature
+        if drafter_is_ours(self):  # each row's drafts stop at its own room (planning.room)
+            return common_attn_metadata is not None
+        return original(self, common_attn_metadata)
+
+    return _input_fits_in_drafter
 
 
 def drafter_is_ours(runner: Any) -> bool:
