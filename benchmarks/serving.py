@@ -16,6 +16,9 @@ workloads (``WORKLOADS``):
   ``/v1/chat/completions`` with the model's chat template; each answer stops at EOS or
   at its reference length (cut to ``--output-len``). Every cell draws new
   conversations, so no server sees a prompt twice.
+* ``sharegpt-t07`` and ``sharegpt-t07-seeded``: the same, sampled at temperature 0.7
+  with top-p 0.9 (``serving_client.SAMPLING``), the second with a seed in every request.
+  Their cells draw their own conversations from the same pool.
 * ``unique``: held-out code prompts, also never sent twice (fair to methods with a
   cross-request cache, such as in-tree ``suffix``).
 * ``mixed`` and ``chat``: **replays**. ``vllm bench serve`` cycles the 8 shipped mixed
@@ -54,8 +57,8 @@ from pathlib import Path
 
 from benchmarks import machine, serving_report
 from benchmarks.configs import expand, select
-from benchmarks.serving_client import (WORKLOADS, Load, _children_cpu_s, bench, write_dataset,
-                                       write_prompts)
+from benchmarks.serving_client import (WORKLOADS, Load, _children_cpu_s, bench, is_sharegpt,
+                                       write_dataset, write_prompts)
 from benchmarks.serving_server import LATENCY_SERIES, REPO, Server
 from benchmarks.workloads import (load_prompt_set, output_lengths, sharegpt_pool,
                                   unique_code_prompts)
@@ -93,9 +96,9 @@ def run(args: argparse.Namespace) -> dict:
     target, draft = str(pair.target), str(pair.draft)
     chats = (sharegpt_pool(target, args.output_len, args.max_model_len, args.seed,
                            args.output_spread)
-             if "sharegpt" in args.workloads else [])
-    for name, pool in (("unique", unique), ("sharegpt", chats)):
-        need = args.reps * sum(ld.num_prompts(per_load) for w, ld in cells if w == name)
+             if any(map(is_sharegpt, args.workloads)) else [])
+    for name, pool, of in (("unique", unique, "unique".__eq__), ("sharegpt", chats, is_sharegpt)):
+        need = args.reps * sum(ld.num_prompts(per_load) for w, ld in cells if of(w))
         if need > len(pool):
             raise SystemExit(f"the {name} workload needs {need} prompts and has {len(pool)}: "
                              f"use fewer loads or repetitions, or a lower --num-prompts")
@@ -148,7 +151,7 @@ def run(args: argparse.Namespace) -> dict:
                 if workload == "unique":   # this cell's own prompts, the same for every server
                     data = write_prompts(out / "cell.jsonl", unique[:n], _lengths(n))
                     unique = unique[n:]
-                elif workload == "sharegpt":
+                elif is_sharegpt(workload):
                     data = out / "cell.json"
                     data.write_text(json.dumps(chats[:n], ensure_ascii=False))
                     chats = chats[n:]
@@ -217,7 +220,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="vary each request's output length uniformly over "
                          "output-len x [1 - s, 1 + s] (0: every request output-len tokens; "
                          "sharegpt: each reference answer cut at its own such length)")
-    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="every workload's but the sampled ones' (sharegpt-t07*: their own)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", default="float32",
                     help="float32 on AVX2-only CPUs (bf16 falls back to slow GEMMs there)")

@@ -23,11 +23,33 @@ from benchmarks.workloads import load_prompt_set
 # vLLM's result keys dropped per cell: the texts and per-token lists. Per request,
 # ttfts, start_times, input_lens and output_lens stay (``--save-detailed``).
 DROP_KEYS = ("itls", "generated_texts", "errors")
-# name -> (vllm bench serve backend, endpoint). "unique" and "sharegpt": each prompt sent
-# once per server in the whole run; "mixed" and "chat" cycle 8 prompts (replays).
+# name -> (vllm bench serve backend, endpoint). "unique" and the "sharegpt" ones: each prompt
+# sent once per server in the whole run; "mixed" and "chat" cycle 8 prompts (replays).
 WORKLOADS = {"mixed": ("openai", "/v1/completions"), "chat": ("openai-chat", "/v1/chat/completions"),
              "unique": ("openai", "/v1/completions"),
-             "sharegpt": ("openai-chat", "/v1/chat/completions")}
+             "sharegpt": ("openai-chat", "/v1/chat/completions"),
+             "sharegpt-t07": ("openai-chat", "/v1/chat/completions"),
+             "sharegpt-t07-seeded": ("openai-chat", "/v1/chat/completions")}
+# Sampled chat, as chat products sample: each request's own sampling parameters (the other
+# workloads take --temperature). "-seeded": every request passes a seed (the same one, so
+# each request has its own generator stream: vLLM seeds one per request).
+SAMPLING = {"sharegpt-t07": {"temperature": 0.7, "top_p": 0.9},
+            "sharegpt-t07-seeded": {"temperature": 0.7, "top_p": 0.9, "seed": 1234}}
+
+
+def is_sharegpt(workload: str) -> bool:
+    """A workload drawing held-out ShareGPT conversations (greedy or sampled)."""
+    return workload.startswith("sharegpt")
+
+
+def _sampling_args(workload: str, args: argparse.Namespace) -> list[str]:
+    sampling = SAMPLING.get(workload)
+    if sampling is None:
+        return ["--temperature", str(args.temperature)]
+    out = ["--temperature", str(sampling["temperature"]), "--top-p", str(sampling["top_p"])]
+    if "seed" in sampling:   # not a vllm bench serve flag: the request body's "seed"
+        out += ["--extra-body", json.dumps({"seed": sampling["seed"]})]
+    return out
 
 
 @dataclass
@@ -72,7 +94,7 @@ def write_dataset(path: Path) -> int:
 
 
 def _dataset_args(workload: str, dataset: Path, args: argparse.Namespace, varied: bool) -> list[str]:
-    if workload == "sharegpt":
+    if is_sharegpt(workload):
         # vLLM's loader: output length = the (cut) reference answer's; the answer stops
         # at EOS as real chat does (greedy outputs are the same for every method).
         return ["--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--no-oversample"]
@@ -95,7 +117,7 @@ def bench(server: Server, workload: str, load: Load, num_prompts: int, args: arg
            "--base-url", f"http://127.0.0.1:{server.port}", "--model", server.name,
            "--tokenizer", tokenizer, *_dataset_args(workload, dataset, args, varied),
            "--num-prompts", str(num_prompts),
-           "--temperature", str(args.temperature), "--seed", str(args.seed),
+           *_sampling_args(workload, args), "--seed", str(args.seed),
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
            "--save-result", "--save-detailed",
            "--result-dir", str(result.parent), "--result-filename", result.name,

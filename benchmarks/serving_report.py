@@ -39,11 +39,16 @@ SHORT = ("tput", "TPOT p50", "TPOT p99", "TTFT p50", "TTFT p99", "e2e p99")
 # Workloads whose prompts `vllm bench serve` cycles (benchmarks.serving): every table
 # that shows them says so.
 REPLAYED = {"mixed": "replay: 8 prompts cycled", "chat": "replay: 8 prompts cycled, as chat"}
+# Sampled workloads: vLLM 0.32's own rejection sampler is not exact on CPU (compat/patches.py,
+# the sampling rows), so in-tree methods' rows there do not sample the target's distribution.
+SAMPLED = {"sharegpt-t07": "T 0.7, top-p 0.9; in-tree methods not exact on CPU",
+           "sharegpt-t07-seeded": "T 0.7, top-p 0.9, seeded; in-tree methods not exact on CPU"}
 
 
 def workload_label(name: str) -> str:
-    """``name``, with "(replay: ...)" for a replayed workload."""
-    return f"{name} ({REPLAYED[name]})" if name in REPLAYED else name
+    """``name``, with "(replay: ...)" for a replayed workload and the sampling of a sampled one."""
+    note = REPLAYED.get(name) or SAMPLED.get(name)
+    return f"{name} ({note})" if note else name
 
 
 def _table(res: dict) -> dict:
