@@ -25,23 +25,15 @@ from pathlib import Path
 
 import torch
 
-from vllm_specdec_plugin.ngram import choose
+from vllm_specdec_plugin.ngram import choose, match_followers
 from vllm_specdec_plugin.tuning import NGRAM_MAX_N, NGRAM_MIN_N, NGRAM_MIN_PROB, NGRAM_WINDOW
 
 
 def followers_at(ctx: list[int]) -> tuple[dict[int, int], int] | None:
-    """The follower counts of the longest suffix of ``ctx`` (4..1 tokens) seen before in
-    its last ``NGRAM_WINDOW`` tokens, and the most recent one's follower (None: no match)."""
-    m, lo = len(ctx), max(0, len(ctx) - NGRAM_WINDOW)
-    for n in range(min(NGRAM_MAX_N, m - 1), NGRAM_MIN_N - 1, -1):
-        suffix = ctx[m - n:]
-        starts = [p for p in range(lo, m - n) if ctx[p:p + n] == suffix]
-        if starts:
-            counts: dict[int, int] = {}
-            for p in starts:
-                counts[ctx[p + n]] = counts.get(ctx[p + n], 0) + 1
-            return counts, ctx[starts[-1] + n]
-    return None
+    """The plugin's lookup over ``ctx`` (its last ``NGRAM_WINDOW`` tokens): the longest
+    suffix's follower counts and the most recent one's follower (None: no match)."""
+    return match_followers(ctx, max(0, len(ctx) - NGRAM_WINDOW), min(NGRAM_MAX_N, len(ctx) - 1),
+                           NGRAM_MIN_N)
 
 
 def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:

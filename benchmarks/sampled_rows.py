@@ -56,10 +56,10 @@ def verify_ms(mode: str, batch: int, k: int, vocab: int, with_q: bool, repeat: i
     q = torch.softmax(torch.randn(batch * k, vocab, generator=g), -1) if with_q else None
     greedy = torch.tensor([mode == "greedy"] * batch)
     outputs = [[1, 2, 3]] * batch
-    p = position_probs(logits, specs, [[]] * batch, outputs, drafts, keep_logits=seeded)
-
     def probs():
         return position_probs(logits, specs, [[]] * batch, outputs, drafts, keep_logits=seeded)
+
+    p = probs()
 
     def seeds():
         if mode != "seeded":

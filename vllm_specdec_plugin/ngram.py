@@ -33,7 +33,7 @@ import numpy as np
 from vllm_specdec_plugin.tuning import (NGRAM_MAX_N, NGRAM_MIN_N, NGRAM_MIN_PROB, NGRAM_PRIOR,
                                         NGRAM_WINDOW)
 
-__all__ = ["NGramConfig", "NGramIndex", "propose_reference"]
+__all__ = ["NGramConfig", "NGramIndex", "match_followers", "propose_reference"]
 
 Followers = dict[int, int]  # following token -> occurrences
 
@@ -140,23 +140,30 @@ def propose_reference(
     draft: list[int] = []
     conf = 1.0
     while len(draft) < k:
-        m = len(ctx)
-        pick = None
-        for n in range(max_n, min_n - 1, -1):
-            suffix = ctx[m - n:] if n <= m else None
-            starts = [p for p in range(lo, m - n) if ctx[p:p + n] == suffix]
-            if starts:
-                followers: Followers = {}
-                for p in starts:
-                    followers[ctx[p + n]] = followers.get(ctx[p + n], 0) + 1
-                pick = choose(followers, ctx[starts[-1] + n])
-                break
+        found = match_followers(ctx, lo, max_n, min_n)
+        pick = None if found is None else choose(*found)
         if pick is None or conf * pick[1] < min_prob:
             break
         conf *= pick[1]
         draft.append(pick[0])
         ctx.append(pick[0])
     return draft
+
+
+def match_followers(ctx: list[int], lo: int, max_n: int, min_n: int) -> tuple[Followers, int] | None:
+    """Brute-force scan: the follower counts of the longest suffix of ``ctx`` (``max_n ..
+    min_n`` tokens) that also starts at ``lo .. len(ctx) - n - 1``, and its most recent
+    occurrence's follower; None without a match."""
+    m = len(ctx)
+    for n in range(max_n, min_n - 1, -1):
+        suffix = ctx[m - n:] if n <= m else None
+        starts = [p for p in range(lo, m - n) if ctx[p:p + n] == suffix]
+        if starts:
+            followers: Followers = {}
+            for p in starts:
+                followers[ctx[p + n]] = followers.get(ctx[p + n], 0) + 1
+            return followers, ctx[starts[-1] + n]
+    return None
 
 
 class NGramIndex:

@@ -1,7 +1,8 @@
 """Our proposer's access to vLLM's GPUModelRunner (CPUModelRunner subclasses it).
 
 The ``_update_states`` and ``_input_fits_in_drafter`` wrappers (why and how: their rows
-of ``compat.patches``) and the runner state our proposer reads and writes (request ids, sampling parameters, draft probs).
+of ``compat.patches``) and the runner state our proposer reads and writes (request ids,
+sampling parameters, draft probs).
 """
 
 from __future__ import annotations
