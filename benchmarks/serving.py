@@ -14,11 +14,13 @@ workloads (``WORKLOADS``):
 * ``sharegpt``: real chat traffic. Held-out ShareGPT first exchanges
   (``workloads.sharegpt_pool``) through vLLM's own ShareGPT loader on
   ``/v1/chat/completions`` with the model's chat template; each answer stops at EOS or
-  at its reference length (cut to ``--output-len``). Every cell draws new
-  conversations, so no server sees a prompt twice.
+  at its reference length (cut to ``--output-len``). Every load of a repetition draws
+  new conversations.
 * ``sharegpt-t07`` and ``sharegpt-t07-seeded``: the same, sampled at temperature 0.7
   with top-p 0.9 (``serving_client.SAMPLING``), the second with a seed in every request.
-  Their cells draw their own conversations from the same pool.
+  At one load the ``sharegpt*`` workloads send the same conversations (paired: greedy,
+  sampled and seeded on the same prompts), each with its own ``cache_salt``, so a
+  server shares no prefix-cache block or n-gram corpus between them.
 * ``unique``: held-out code prompts, also never sent twice (fair to methods with a
   cross-request cache, such as in-tree ``suffix``).
 * ``mixed`` and ``chat``: **replays**. ``vllm bench serve`` cycles the 8 shipped mixed
@@ -97,8 +99,11 @@ def run(args: argparse.Namespace) -> dict:
     chats = (sharegpt_pool(target, args.output_len, args.max_model_len, args.seed,
                            args.output_spread)
              if any(map(is_sharegpt, args.workloads)) else [])
-    for name, pool, of in (("unique", unique, "unique".__eq__), ("sharegpt", chats, is_sharegpt)):
-        need = args.reps * sum(ld.num_prompts(per_load) for w, ld in cells if of(w))
+    chat_loads = {(ld.kind, ld.value): ld for w, ld in cells if is_sharegpt(w)}  # share chats
+    for name, pool, need in (
+            ("unique", unique, sum(ld.num_prompts(per_load) for w, ld in cells if w == "unique")),
+            ("sharegpt", chats, sum(ld.num_prompts(per_load) for ld in chat_loads.values()))):
+        need *= args.reps
         if need > len(pool):
             raise SystemExit(f"the {name} workload needs {need} prompts and has {len(pool)}: "
                              f"use fewer loads or repetitions, or a lower --num-prompts")
@@ -146,15 +151,18 @@ def run(args: argparse.Namespace) -> dict:
         for rep in range(args.reps):
             start_all(rep)
             rng.shuffle(cells)
+            rep_chats: dict[tuple, list] = {}   # per load: the conversations its workloads send
             for workload, load in cells:
                 n, data = load.num_prompts(per_load), dataset
                 if workload == "unique":   # this cell's own prompts, the same for every server
                     data = write_prompts(out / "cell.jsonl", unique[:n], _lengths(n))
                     unique = unique[n:]
                 elif is_sharegpt(workload):
+                    key = (load.kind, load.value)
+                    if key not in rep_chats:
+                        rep_chats[key], chats = chats[:n], chats[n:]
                     data = out / "cell.json"
-                    data.write_text(json.dumps(chats[:n], ensure_ascii=False))
-                    chats = chats[n:]
+                    data.write_text(json.dumps(rep_chats[key], ensure_ascii=False))
                 elif args.output_spread:   # each request its own length: n lines, no resampling
                     data = write_prompts(out / "cell.jsonl", [mixed[i % len(mixed)] for i in range(n)],
                                          _lengths(n))

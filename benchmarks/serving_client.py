@@ -44,12 +44,19 @@ def is_sharegpt(workload: str) -> bool:
 
 def _sampling_args(workload: str, args: argparse.Namespace) -> list[str]:
     sampling = SAMPLING.get(workload)
+    body: dict = {}
+    if is_sharegpt(workload):
+        # The sharegpt workloads of one load send the same conversations (paired
+        # comparisons); each its own cache_salt, so a server shares no prefix-cache
+        # block or n-gram corpus between them.
+        body["cache_salt"] = workload
     if sampling is None:
-        return ["--temperature", str(args.temperature)]
-    out = ["--temperature", str(sampling["temperature"]), "--top-p", str(sampling["top_p"])]
-    if "seed" in sampling:   # not a vllm bench serve flag: the request body's "seed"
-        out += ["--extra-body", json.dumps({"seed": sampling["seed"]})]
-    return out
+        out = ["--temperature", str(args.temperature)]
+    else:
+        out = ["--temperature", str(sampling["temperature"]), "--top-p", str(sampling["top_p"])]
+        if "seed" in sampling:   # not a vllm bench serve flag: the request body's "seed"
+            body["seed"] = sampling["seed"]
+    return out + (["--extra-body", json.dumps(body)] if body else [])
 
 
 @dataclass

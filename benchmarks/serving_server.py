@@ -48,6 +48,10 @@ SHADOW_SERIES = "specdec_shadow_draft_tokens_total"
 # steps that carried a prompt, verified or cut before verification.
 PLAN_SERIES = "specdec_step_plan_verify_tokens_total"
 PLAN_DEFERRED_SERIES = "specdec_step_plan_prompts_deferred_total"
+# The plugin's verified and accepted draft tokens by source (label source="draft"|"ngram"):
+# "<drafted|accepted>_<source>", each cell's acceptance per draft source.
+SOURCE_SERIES = {"specdec_draft_tokens_total": "drafted",
+                 "specdec_accepted_tokens_total": "accepted"}
 # the plugin's request rounds without drafts, by reason (metrics.NO_DRAFT_REASONS)
 NO_DRAFT_SERIES = "specdec_no_draft_rounds_total"
 # The plugin's decode steps by kind (labels kind="verify"|"plain"): "<kind>_<field>".
@@ -164,6 +168,10 @@ class Server:
                 out[f"plan_{outcome}"] += float(line.rsplit(" ", 1)[1])
             elif name == PLAN_DEFERRED_SERIES:
                 out["plan_deferred"] += float(line.rsplit(" ", 1)[1])
+            elif name in SOURCE_SERIES and 'source="' in line:
+                source = line.split('source="', 1)[1].split('"', 1)[0]
+                key = f"{SOURCE_SERIES[name]}_{source}"
+                out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
             elif name == NO_DRAFT_SERIES and 'reason="' in line:
                 reason = line.split('reason="', 1)[1].split('"', 1)[0]
                 key = f"no_draft_{reason}"

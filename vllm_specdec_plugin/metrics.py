@@ -22,7 +22,8 @@ NO_DRAFT_REASONS = ("pool_full", "length_guard", "adaptive", "batch", "ngram_mis
                     "prefill_budget", "first_token", "latency", "grammar_reasoning",
                     "grammar_diverged", "host_time")
 STEP_KINDS = ("verify", "plain")
-SOURCES = ("draft", "ngram", "none")
+DRAFT_SOURCES = ("draft", "ngram")
+SOURCES = (*DRAFT_SOURCES, "none")
 SHADOW_OUTCOMES = ("drafted", "accepted")
 PLAN_OUTCOMES = ("kept", "cut")
 
@@ -34,8 +35,12 @@ def _create_families() -> dict:
 
     m = ("model_name",)
     return {
-        "draft_tokens": Counter("specdec_draft_tokens", "Draft tokens verified by the target.", m),
-        "accepted_tokens": Counter("specdec_accepted_tokens", "Draft tokens the target accepted.", m),
+        "draft_tokens": Counter("specdec_draft_tokens",
+                                "Draft tokens verified by the target, by draft source.",
+                                m + ("source",)),
+        "accepted_tokens": Counter("specdec_accepted_tokens",
+                                   "Draft tokens the target accepted, by draft source.",
+                                   m + ("source",)),
         "shadow_tokens": Counter("specdec_shadow_draft_tokens",
                                  "Shadow n-gram drafts (proposed for rows that verified "
                                  "none, checked against the committed tokens), by outcome.",
@@ -106,8 +111,10 @@ class ProposerMetrics:
 
     def __init__(self, model_name: str):
         f, lab = _bound(model_name)
-        self._draft_tokens = f["draft_tokens"].labels(**lab)
-        self._accepted = f["accepted_tokens"].labels(**lab)
+        self._draft_tokens = {src: f["draft_tokens"].labels(source=src, **lab)
+                              for src in DRAFT_SOURCES}
+        self._accepted = {src: f["accepted_tokens"].labels(source=src, **lab)
+                          for src in DRAFT_SOURCES}
         self._request_rate = f["request_rate"].labels(**lab)
         self._shadow = {o: f["shadow_tokens"].labels(outcome=o, **lab) for o in SHADOW_OUTCOMES}
         self._draft_step = f["draft_step"].labels(**lab)
@@ -120,13 +127,15 @@ class ProposerMetrics:
         self._blocks_used = f["blocks_used"].labels(**lab)
         self._blocks_total = f["blocks_total"].labels(**lab)
         for c in (*self._no_draft.values(), *self._emitted.values(), *self._source.values(),
-                  *self._shadow.values()):
+                  *self._shadow.values(), *self._draft_tokens.values(), *self._accepted.values()):
             c.inc(0)  # export every series from the start, so rate() has a baseline
 
-    def verified(self, drafted: int, accepted: int) -> None:
-        if drafted:
-            self._draft_tokens.inc(drafted)
-            self._accepted.inc(accepted)
+    def verified(self, drafted: Mapping[str, int], accepted: Mapping[str, int]) -> None:
+        """One step's verified draft tokens and accepted ones, by source ("draft", "ngram")."""
+        for src, n in drafted.items():
+            if n:
+                self._draft_tokens[src].inc(n)
+                self._accepted[src].inc(accepted.get(src, 0))
 
     def shadow(self, drafted: int, accepted: int) -> None:
         """One decided shadow proposal: ``drafted`` drafts, ``accepted`` of them matched."""

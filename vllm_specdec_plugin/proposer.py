@@ -198,13 +198,13 @@ class DraftModelProposer:
                                runner_hooks.take_exact_sampler_seconds(self.runner))
         if self.planning_cost is not None:
             self.planning_cost.book(saved)
-        drafted0, accepted0 = self.stats.drafted, self.stats.accepted
+        drafted0, accepted0 = self.stats.drafted_by.copy(), self.stats.accepted_by.copy()
         rows = [r for r, sampled in enumerate(sampled_token_ids) if sampled]
         for row in rows:  # book first: this step's offers are priced on what it taught
             req = self._verified(req_ids[row], len(sampled_token_ids[row]) - 1, token_ids_cpu[row])
             if self.shadows is not None:
                 self.shadows.book(req, token_ids_cpu[row], int(num_tokens_no_spec[row]))
-        self.metrics.verified(self.stats.drafted - drafted0, self.stats.accepted - accepted0)
+        self.metrics.verified(self.stats.drafted_by - drafted0, self.stats.accepted_by - accepted0)
         t_plan = time.perf_counter()
         plans, planned = self._decide(rows, req_ids, num_tokens_no_spec, token_ids_cpu)
         model_plans: list[Plan] = []

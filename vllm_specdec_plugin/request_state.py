@@ -81,7 +81,7 @@ def roll_back(req: RequestState, accepted: int, committed_row: np.ndarray,
     req.acceptance.rounds += 1
     req.acceptance.drafted += len(drafted)
     req.acceptance.accepted += accepted
-    stats.record_verification(len(drafted), accepted)
+    stats.record_verification(req.source, len(drafted), accepted)
     valid = min(req.committed + accepted, len(req.tokens))
     # Defensive cross-check against the committed tokens (cheap: <= k entries).
     lo = req.committed

@@ -26,10 +26,14 @@ class ProposerStats:
     max_round_prefill: int = 0      # most catch-up tokens fed in one round (<= the budget)
     no_draft: Counter = field(default_factory=Counter)  # reason -> request-rounds
     by_source: Counter = field(default_factory=Counter)  # "draft"/"ngram" -> request-rounds
+    drafted_by: Counter = field(default_factory=Counter)   # source -> draft tokens verified
+    accepted_by: Counter = field(default_factory=Counter)  # source -> of those, accepted
     resyncs: int = 0                # draft cache disagreed with committed tokens
     shadow_drafted: int = 0         # shadow n-gram drafts decided (``shadow``)
     shadow_accepted: int = 0        # of those, matched by the committed tokens
 
-    def record_verification(self, drafted: int, accepted: int) -> None:
+    def record_verification(self, source: str, drafted: int, accepted: int) -> None:
         self.drafted += drafted
         self.accepted += accepted
+        self.drafted_by[source] += drafted
+        self.accepted_by[source] += accepted

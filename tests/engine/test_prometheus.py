@@ -167,9 +167,10 @@ def test_dashboard_and_rules_against_a_real_prometheus(ci_pair, tmp_path):
         # A baseline scrape of both servers before the load, so rate() sees the increase
         # (Prometheus staggers its first scrape by up to one interval).
         deadline = time.time() + 60
-        while time.time() < deadline and len(prom.query('specdec_draft_tokens_total{job="vllm"}')) < 2:
+        baseline = 'sum by (model_name) (specdec_draft_tokens_total{job="vllm"})'
+        while time.time() < deadline and len(prom.query(baseline)) < 2:
             time.sleep(1)
-        assert len(prom.query('specdec_draft_tokens_total{job="vllm"}')) == 2, "no baseline scrape"
+        assert len(prom.query(baseline)) == 2, "no baseline scrape"
         responses = {
             "fixture": _load(draft_srv, "fixture", (CODE[:6] + PROSE[:6])),
             "fixture-ngram": _load(ngram_srv, "fixture-ngram", (CODE[:4] + PROSE[:4])),
@@ -186,6 +187,10 @@ def test_dashboard_and_rules_against_a_real_prometheus(ci_pair, tmp_path):
             # Per-request fields sum to the same totals.
             drafted, accepted = _response_totals(responses[model])
             assert (drafted, accepted) == (ours, _metric(page, "specdec_accepted_tokens_total")), model
+        # By source: the n-gram server drafts only from the request, the draft server only
+        # from its model (fixed k, method draft).
+        assert _metric(pages["fixture-ngram"], "specdec_draft_tokens_total", source="draft") == 0
+        assert _metric(pages["fixture"], "specdec_draft_tokens_total", source="ngram") == 0
         assert _metric(pages["fixture"], "specdec_no_draft_rounds_total", reason="pool_full") > 0
         assert _metric(pages["fixture-ngram"], "specdec_target_step_seconds_count", kind="plain") > 0
 

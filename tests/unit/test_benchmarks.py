@@ -162,12 +162,17 @@ def test_sampled_chat_workloads_send_their_own_sampling_and_seed():
 
     args = serving.parse_args(["--workloads", "sharegpt,sharegpt-t07,sharegpt-t07-seeded",
                                "--temperature", "0"])
-    assert serving_client._sampling_args("sharegpt", args) == ["--temperature", "0.0"]
-    assert serving_client._sampling_args("sharegpt-t07", args) == [
-        "--temperature", "0.7", "--top-p", "0.9"]
+    body = lambda a: json.loads(a[a.index("--extra-body") + 1])  # noqa: E731
+    greedy = serving_client._sampling_args("sharegpt", args)
+    assert greedy[:2] == ["--temperature", "0.0"]
+    sampled = serving_client._sampling_args("sharegpt-t07", args)
+    assert sampled[:4] == ["--temperature", "0.7", "--top-p", "0.9"]
     seeded = serving_client._sampling_args("sharegpt-t07-seeded", args)
     assert seeded[:4] == ["--temperature", "0.7", "--top-p", "0.9"]
-    assert seeded[4] == "--extra-body" and "seed" in json.loads(seeded[5])
+    assert "seed" in body(seeded) and "seed" not in body(sampled)
+    # the same conversations, each workload its own cache_salt (no shared prefix or corpus)
+    assert len({body(a)["cache_salt"] for a in (greedy, sampled, seeded)}) == 3
+    assert "--extra-body" not in serving_client._sampling_args("unique", args)
     assert all(serving_client.is_sharegpt(w) for w in args.workloads)
     assert not serving_client.is_sharegpt("unique")
     assert "not exact on CPU" in serving_report.workload_label("sharegpt-t07-seeded")

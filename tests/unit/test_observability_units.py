@@ -15,7 +15,7 @@ def test_metrics_follow_prometheus_conventions():
     from vllm_specdec_plugin.metrics import ProposerMetrics
 
     m = ProposerMetrics("unit-model")
-    m.verified(8, 5)
+    m.verified({"draft": 6, "ngram": 2}, {"draft": 4, "ngram": 1})
     m.request_finished(8, 5)
     m.target_step("verify", 0.02, 9)
     m.draft_step(0.004)
@@ -27,7 +27,9 @@ def test_metrics_follow_prometheus_conventions():
     text = generate_latest(REGISTRY).decode()
     lines = [l for l in text.splitlines() if 'model_name="unit-model"' in l]
     get = lambda prefix: [float(l.rsplit(" ", 1)[1]) for l in lines if l.startswith(prefix)]
-    assert get("specdec_draft_tokens_total") == [8] and get("specdec_accepted_tokens_total") == [5]
+    assert sum(get("specdec_draft_tokens_total")) == 8 and sum(get("specdec_accepted_tokens_total")) == 5
+    assert get('specdec_draft_tokens_total{model_name="unit-model",source="ngram"}') == [2]
+    assert get('specdec_accepted_tokens_total{model_name="unit-model",source="draft"}') == [4]
     assert get("specdec_request_acceptance_rate_sum") == [0.625]
     assert get('specdec_target_step_seconds_count{kind="verify"') == [1]
     assert get('specdec_emitted_tokens_total{kind="verify"') == [9]
@@ -39,7 +41,7 @@ def test_metrics_follow_prometheus_conventions():
     assert get('specdec_draft_source_rounds_total{model_name="unit-model",source="none"}') == [1]
     assert get("specdec_backed_off_requests") == [2]
     # A second proposer in the same process (engine restart in tests) does not re-register.
-    ProposerMetrics("unit-model-2").verified(1, 1)
+    ProposerMetrics("unit-model-2").verified({"draft": 1}, {"draft": 1})
 
 
 def test_observe_many_equals_repeated_observes():
