@@ -1,11 +1,12 @@
 """What a verification step's sampling costs, greedy against sampled and seeded rows.
 
-Times the plugin's verification work after the target forward (``position_probs``:
-the sampling pipeline at every position; ``rejection_sample``; for seeded rows vLLM's
+Times the plugin's verification work after the target forward (``rejection_sample``
+on the positions it reaches: the sampling pipeline there and, for seeded rows, vLLM's
 fused Gumbel-max op on the request's seed stream) on random logits at V = 49,152 (the
 smol pair's vocabulary), B rows of k drafts each, point-mass drafts (n-gram) or draft
-distributions q; beside it, vLLM's own plain sampling of B rows (``Sampler`` on one
-position per row), what a step without drafts pays:
+distributions q, drafts all accepted (k + 1 positions a row) or rejected at once (one);
+beside it, vLLM's own plain sampling of B rows (``Sampler`` on one position per row),
+what a step without drafts pays:
 
     python -m benchmarks.sampled_rows --out results/DIR
 
@@ -16,6 +17,7 @@ and prints a table: ms per step, median of ``--repeat`` timings after warm-up.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -26,6 +28,7 @@ import torch
 MODES = {"greedy": {"temperature": 0.0},
          "sampled": {"temperature": 0.7, "top_p": 0.9},
          "seeded": {"temperature": 0.7, "top_p": 0.9, "seed": 1234}}
+DRAFTS = ("accepted", "rejected")
 
 
 def _time(fn, repeat: int) -> float:
@@ -39,10 +42,15 @@ def _time(fn, repeat: int) -> float:
     return 1e3 * statistics.median(out)
 
 
-def verify_ms(mode: str, batch: int, k: int, vocab: int, with_q: bool, repeat: int) -> dict:
-    """ms of one verification step's sampling work, split by stage."""
+def verify_ms(mode: str, batch: int, k: int, vocab: int, with_q: bool, drafts_kind: str,
+              repeat: int) -> dict:
+    """ms of one verification step's sampling work, as ``compat.rejection_adapter`` runs
+    it: ``rejection_sample`` on a ``TargetRows`` that runs the pipeline (and, seeded,
+    vLLM's op) on the positions verification reaches. drafts_kind "accepted": each
+    draft is its position's dominant token (every position reached, k + 1 a row);
+    "rejected": random drafts (about one position a row)."""
     from vllm_specdec_plugin.compat.seeded import seeded_tokens
-    from vllm_specdec_plugin.rejection import rejection_sample
+    from vllm_specdec_plugin.rejection import TargetRows, rejection_sample
     from vllm_specdec_plugin.sampling.pipeline import SamplingSpec, position_probs
     from vllm_specdec_plugin.token_draw import SeedStream
 
@@ -50,37 +58,38 @@ def verify_ms(mode: str, batch: int, k: int, vocab: int, with_q: bool, repeat: i
     logits = torch.randn(batch * (k + 1), vocab, generator=g) * 3.0   # [T, V]
     specs = [SamplingSpec(**MODES[mode])] * batch
     drafts = [[int(x) for x in torch.randint(0, vocab, (k,), generator=g)] for _ in range(batch)]
+    if drafts_kind == "accepted":   # p(draft) about 1 at every position
+        for b, row in enumerate(drafts):
+            for j, x in enumerate(row):
+                logits[b * (k + 1) + j, x] = 100.0
     seeded = [mode == "seeded"] * batch
     draft_ids = torch.tensor(drafts, dtype=torch.long)
     n = torch.full((batch,), k, dtype=torch.long)
     q = torch.softmax(torch.randn(batch * k, vocab, generator=g), -1) if with_q else None
+    if q is not None and drafts_kind == "accepted":
+        q[torch.arange(batch * k), draft_ids.flatten()] = 1.0   # q(draft) <= p(draft)
     greedy = torch.tensor([mode == "greedy"] * batch)
     outputs = [[1, 2, 3]] * batch
-    def probs():
-        return position_probs(logits, specs, [[]] * batch, outputs, drafts, keep_logits=seeded)
+    made = []
 
-    p = probs()
+    def rows(idx):
+        made.append(idx.numel())
+        return position_probs(logits, specs, [[]] * batch, outputs, drafts, keep_logits=seeded,
+                              rows=idx.tolist())
 
-    def seeds():
-        if mode != "seeded":
-            return None
-        tokens = torch.zeros(p.shape[0], dtype=torch.long)
-        for b in range(batch):
-            stream = SeedStream(1234 + b, 10)
-            tokens[b * (k + 1):(b + 1) * (k + 1)] = seeded_tokens(p[b * (k + 1):(b + 1) * (k + 1)],
-                                                                  stream, 0)
-        return tokens
+    def seeded_rows(idx, got):
+        return torch.cat([seeded_tokens(got[i:i + 1], SeedStream(1234 + r // (k + 1), 10),
+                                        r % (k + 1)) for i, r in enumerate(idx.tolist())])
 
-    tokens = seeds()
+    target = TargetRows((batch * (k + 1), vocab), torch.device("cpu"), rows,
+                        seeded_rows if mode == "seeded" else None)
 
-    def reject():
-        return rejection_sample(draft_ids, n, q, p, greedy, seeded, tokens)
+    def verify():
+        made.clear()
+        return rejection_sample(draft_ids, n, q, target, greedy, seeded)
 
-    out = {"probs_ms": _time(probs, repeat), "reject_ms": _time(reject, repeat)}
-    if mode == "seeded":
-        out["seeded_op_ms"] = _time(seeds, repeat)
-    out["total_ms"] = sum(out.values())
-    return out
+    ms = _time(verify, repeat)
+    return {"verify_ms": ms, "positions": sum(made)}
 
 
 def vllm_plain_ms(mode: str, batch: int, vocab: int, repeat: int) -> float | None:
@@ -128,14 +137,13 @@ def main(argv: list[str] | None = None) -> None:
     for batch in map(int, a.batches.split(",")):
         plain = {mode: vllm_plain_ms(mode, batch, a.vocab, a.repeat) for mode in MODES}
         for k in map(int, a.ks.split(",")):
-            for with_q in (False, True):
-                for mode in MODES:
-                    r = {"batch": batch, "k": k, "q": with_q, "mode": mode,
-                         "vllm_plain_ms": plain[mode],
-                         **verify_ms(mode, batch, k, a.vocab, with_q, a.repeat)}
-                    rows.append(r)
-                    print(" ".join(f"{key} {v:.2f}" if isinstance(v, float) else f"{key} {v}"
-                                   for key, v in r.items()), flush=True)
+            for with_q, drafts_kind, mode in itertools.product((False, True), DRAFTS, MODES):
+                r = {"batch": batch, "k": k, "q": with_q, "drafts": drafts_kind, "mode": mode,
+                     "vllm_plain_ms": plain[mode],
+                     **verify_ms(mode, batch, k, a.vocab, with_q, drafts_kind, a.repeat)}
+                rows.append(r)
+                print(" ".join(f"{key} {v:.2f}" if isinstance(v, float) else f"{key} {v}"
+                               for key, v in r.items()), flush=True)
     res = {"rows": rows, "meta": {"args": {k: str(v) for k, v in vars(a).items()},
                                   "threads": torch.get_num_threads(),
                                   "machine": machine.machine_info(), "git": machine.git_info()}}

@@ -35,7 +35,7 @@ from vllm_specdec_plugin.metrics import ProposerMetrics
 from vllm_specdec_plugin.planning import Plan, Planner
 from vllm_specdec_plugin.request_state import (RequestState, book_verification, commit_round,
                                                keep_scheduled)
-from vllm_specdec_plugin.row_inputs import end_of, grammar_for
+from vllm_specdec_plugin.row_inputs import end_of, grammar_for, is_sampled
 from vllm_specdec_plugin.shadow import ShadowBook
 from vllm_specdec_plugin.startup_checks import check_features
 from vllm_specdec_plugin.stats import ProposerStats
@@ -195,7 +195,7 @@ class DraftModelProposer:
             return out  # warm-up before the first scheduler output
         req_ids = runner_hooks.batch_req_ids(self.runner)
         saved = self.steps.end(sampled_token_ids, req_ids, self.requests,
-                               runner_hooks.take_exact_sampler_seconds(self.runner))
+                               *runner_hooks.take_exact_sampler(self.runner))
         if self.planning_cost is not None:
             self.planning_cost.book(saved)
         drafted0, accepted0 = self.stats.drafted_by.copy(), self.stats.accepted_by.copy()
@@ -280,6 +280,8 @@ class DraftModelProposer:
             req = self.requests[req_ids[row]]
             view, lookup = self.planner.offers(req, int(lengths[row]), token_ids_cpu[row],
                                                self._end(row, req_ids[row]), prices)
+            if prices.sampled_position and is_sampled(self.runner, req_ids[row]):
+                view.reach = prices.sampled_position
             views.append(view)
             lookups.append(lookup)
         probe = c.adaptive and self.probes.probe()

@@ -50,7 +50,8 @@ default-generator state `rejection_sample` matches it bit for bit on every row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -59,11 +60,30 @@ from vllm_specdec_plugin.token_draw import first_argmax, sample_from_weights
 PLACEHOLDER_TOKEN_ID = -1
 
 
+@dataclass(frozen=True)
+class TargetRows:
+    """p computed on first use: a verification reads position j of a request only when
+    its drafts before j were accepted, so the sampling pipeline (for sampled rows the
+    top-p sort over V, about 4.5 ms a position at V = 49,152 on one CPU thread) runs
+    only on the positions that can be reached.
+
+    shape: (T, V); rows: flat p-row indices [n] int64 -> their p rows [n, V] float32
+    (greedy rows: any logits with p's argmax); seeded: (indices [n], their p rows)
+    -> y [n] int64, the tokens the requests' own noise samples there (rows of seeded
+    sampled requests only; None without such rows)."""
+
+    shape: tuple[int, int]
+    device: torch.device
+    rows: Callable[[torch.Tensor], torch.Tensor]
+    seeded: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    ndim: int = 2
+
+
 def rejection_sample(
     draft_token_ids: torch.Tensor,  # [B, K] int64, placeholder-padded past num_draft
     num_draft_tokens: torch.Tensor,  # [B] int64 in 0..K
     draft_probs: torch.Tensor | None,  # [sum(n_b), V] float, or None (point mass)
-    target_probs: torch.Tensor,  # [sum(n_b + 1), V] float
+    target_probs: torch.Tensor | TargetRows,  # [sum(n_b + 1), V] float, or made on use
     is_greedy: torch.Tensor,  # [B] bool
     seeded: Sequence[bool] | None = None,  # [B]: sampled rows with a seed
     seeded_tokens: torch.Tensor | None = None,  # [T] int64: y_j on those rows' p rows
@@ -73,10 +93,11 @@ def rejection_sample(
     draft_probs None, or an all-zero q row: q_j is the draft's one-hot. A draft outside
     [0, V) is always rejected and replaced from p. Greedy rows read only argmax(p_j), so
     their p rows may be any logits with that argmax. Seeded sampled rows (``seeded[b]``)
-    are verified against ``seeded_tokens`` (required for them): the token their own
-    noise samples at each position (the caller draws it: ``compat/seeded.py``).
-    Returns (output_token_ids [B, K + 1] int64: accepted drafts, one recovered or bonus
-    token, then placeholders; num_accepted [B] int64).
+    are verified against ``seeded_tokens`` (required for them with a tensor p; a
+    ``TargetRows`` brings its own): the token their own noise samples at each position.
+    Position j is read only for rows that accepted every draft before it, position by
+    position (``TargetRows``). Returns (output_token_ids [B, K + 1] int64: accepted
+    drafts, one recovered or bonus token, then placeholders; num_accepted [B] int64).
     """
     batch, max_k, vocab, device = check_shapes(
         draft_token_ids, num_draft_tokens, draft_probs, target_probs, is_greedy
@@ -84,10 +105,18 @@ def rejection_sample(
     coupled = list(seeded) if seeded is not None else [False] * batch  # [B]
     if len(coupled) != batch:
         raise ValueError(f"got {len(coupled)} seeded flags for {batch} rows")
-    if any(coupled) and (seeded_tokens is None
-                         or tuple(seeded_tokens.shape) != (target_probs.shape[0],)):
-        raise ValueError("seeded sampled rows need seeded_tokens [T] (one per p row)")
-    p = target_probs.to(torch.float32)  # [T, V]
+    if isinstance(target_probs, torch.Tensor):
+        if any(coupled) and (seeded_tokens is None
+                             or tuple(seeded_tokens.shape) != (target_probs.shape[0],)):
+            raise ValueError("seeded sampled rows need seeded_tokens [T] (one per p row)")
+        full = target_probs.to(torch.float32)
+        ys = None if seeded_tokens is None else seeded_tokens.to(device)
+        target = TargetRows(tuple(full.shape), device, lambda idx: full[idx],
+                            None if ys is None else (lambda idx, _rows: ys[idx]))
+    else:
+        target = target_probs
+        if any(coupled) and target.seeded is None:
+            raise ValueError("seeded sampled rows need a TargetRows with seeded")
     num_draft = num_draft_tokens.to(device=device, dtype=torch.long)  # [B]
     greedy = is_greedy.to(device=device, dtype=torch.bool)  # [B]
     drafts = draft_token_ids.to(device=device, dtype=torch.long)  # [B, K]
@@ -99,45 +128,55 @@ def rejection_sample(
     p_row, q_row = _row_maps(num_draft, max_k)  # [B, K+1], [B, K] row indices
 
     # Seeded sampled rows verify exactly like greedy ones, against y_j (module doc).
-    fixed = greedy | torch.tensor(coupled, dtype=torch.bool, device=device)  # [B]
+    seeded_b = torch.tensor(coupled, dtype=torch.bool, device=device)  # [B]
+    fixed = greedy | seeded_b  # [B]
     if bool(fixed.all()):
         uniforms = torch.zeros(batch, max_k + 1, dtype=torch.float64, device=device)
     else:  # one batched draw for the unseeded sampled rows (others ignore theirs)
         uniforms = torch.rand(batch, max_k + 1, dtype=torch.float64, device=device)
 
-    # Fixed acceptance: draft == argmax(p_j) (greedy) or y_j (seeded), over those rows only.
-    target_argmax = _fixed_tokens(p, greedy, num_draft, coupled, seeded_tokens)[p_row]
-    greedy_accept = drafts == target_argmax[:, :max_k]  # [B, K]
-
-    # Sampled acceptance: u_j <= p_j(x) / q_j(x), i.e. probability min(1, p/q).
-    # Compared in float64 like vLLM's kernel (float64 uniforms); q == 0 rejects.
-    p_draft = p[p_row[:, :max_k], safe_drafts]  # [B, K]
+    # q at each draft; only a row with q(x) == 0 can be an all-zero (point-mass) q row,
+    # so only those rows are scanned over V.
     q = None if draft_probs is None or draft_probs.shape[0] == 0 else draft_probs.to(torch.float32)
     if q is None:
         point_mass = torch.ones(batch, max_k, dtype=torch.bool, device=device)
         q_draft = torch.ones(batch, max_k, dtype=torch.float32, device=device)
     else:
         q_draft = q[q_row, safe_drafts]  # [B, K]
-        # An all-zero q row is a point mass; only a row with q(x) == 0 can be one, so
-        # only those rows are scanned over V.
         maybe = (q_draft == 0) & in_draft
         point_mass = torch.zeros_like(maybe)
         if bool(maybe.any()):
             point_mass[maybe] = ~(q[q_row[maybe]] > 0).any(dim=-1)
         q_draft = torch.where(point_mass, 1.0, q_draft)
-    sampled_accept = (q_draft > 0) & (
-        p_draft.double() / q_draft.double() >= uniforms[:, :max_k]
-    )
 
-    accept = torch.where(fixed.unsqueeze(1), greedy_accept, sampled_accept)
-    accept &= in_draft & in_vocab
-    # Stop at the first rejection.
-    num_accepted = accept.long().cumprod(dim=1).sum(dim=1)  # [B]
+    p = _Reached(target, greedy, seeded_b, num_draft)
+    # Left to right over the rows still accepting: draft j against p_j, accepted with
+    # probability min(1, p/q) (compared in float64 like vLLM's kernel; q == 0 rejects),
+    # or equal to argmax(p_j) / y_j on fixed rows.
+    num_accepted = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
+    testing = in_draft[:, 0] if max_k else torch.zeros(batch, dtype=torch.bool, device=device)
+    for j in range(max_k):
+        b = testing.nonzero().squeeze(1)
+        if b.numel() == 0:
+            break
+        idx = p_row[b, j]
+        p.fetch(idx)
+        fixed_ok = drafts[b, j] == p.fixed[idx]
+        sampled_ok = (q_draft[b, j] > 0) & (
+            p.probs[idx, safe_drafts[b, j]].double() / q_draft[b, j].double() >= uniforms[b, j]
+        )
+        ok = torch.where(fixed[b], fixed_ok, sampled_ok) & in_vocab[b, j]
+        num_accepted[b] += ok.long()
+        testing = torch.zeros_like(testing)
+        if j + 1 < max_k:
+            testing[b] = ok & in_draft[b, j + 1]
     all_accepted = num_accepted == num_draft  # [B]
     final_pos = num_accepted  # [B], position of the recovered or bonus token
 
     # One recovered or bonus token per row.
-    p_final = p[p_row[rows, final_pos]]  # [B, V]
+    final_idx = p_row[rows, final_pos]  # [B]
+    p.fetch(final_idx)
+    p_final = p.probs[final_idx]  # [B, V]
     dist = p_final
     if max_k > 0:
         q_pos = final_pos.clamp(max=max_k - 1)
@@ -160,7 +199,7 @@ def rejection_sample(
     dist = torch.where((dist > 0).any(dim=-1, keepdim=True), dist, p_final)
     final_uniform = uniforms.gather(1, num_draft.unsqueeze(1)).squeeze(1)  # u_n
     sampled_token = sample_from_weights(dist, final_uniform)  # [B]
-    final_token = torch.where(fixed, target_argmax[rows, final_pos], sampled_token)
+    final_token = torch.where(fixed, p.fixed[final_idx], sampled_token)
 
     output = torch.full(
         (batch, max_k + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.long, device=device
@@ -242,18 +281,34 @@ def _row_maps(num_draft: torch.Tensor, max_k: int) -> tuple[torch.Tensor, torch.
     return p_row, q_row
 
 
-def _fixed_tokens(p: torch.Tensor, greedy: torch.Tensor, num_draft: torch.Tensor,
-                  coupled: list[bool], seeded_tokens: torch.Tensor | None) -> torch.Tensor:
-    """[T] int64: per p row, argmax(p) for greedy requests (ties: lowest id), the
-    caller's y_j for seeded sampled ones; 0 on other rows, whose value is never read."""
-    owner_greedy = greedy.repeat_interleave(num_draft + 1)  # [T]
-    if bool(owner_greedy.all()):
-        return first_argmax(p)
-    out = torch.zeros(p.shape[0], dtype=torch.long, device=p.device)
-    if bool(owner_greedy.any()):
-        out[owner_greedy] = first_argmax(p[owner_greedy])
-    if any(coupled):
-        owner_seeded = torch.tensor(coupled, dtype=torch.bool, device=p.device) \
-            .repeat_interleave(num_draft + 1)  # [T]
-        out[owner_seeded] = seeded_tokens.to(p.device)[owner_seeded]
-    return out
+class _Reached:
+    """The p rows read so far ([T, V] float32, filled on first use) and each one's fixed
+    token ([T] int64): argmax(p) on greedy requests' rows (ties: lowest id), y on
+    seeded sampled ones', 0 elsewhere (never read)."""
+
+    def __init__(self, target: TargetRows, greedy: torch.Tensor, seeded: torch.Tensor,
+                 num_draft: torch.Tensor) -> None:
+        total, vocab = target.shape
+        device = greedy.device
+        self._target = target
+        self._greedy = greedy.repeat_interleave(num_draft + 1)  # [T] owner is greedy
+        self._seeded = seeded.repeat_interleave(num_draft + 1)  # [T] owner is seeded
+        self._have = torch.zeros(total, dtype=torch.bool, device=device)
+        self.probs = torch.zeros(total, vocab, dtype=torch.float32, device=device)
+        self.fixed = torch.zeros(total, dtype=torch.long, device=device)
+
+    def fetch(self, idx: torch.Tensor) -> None:
+        """Make rows ``idx`` [n] int64 (each at most once; repeats allowed)."""
+        idx = torch.unique(idx[~self._have[idx]])
+        if idx.numel() == 0:
+            return
+        got = self._target.rows(idx).to(torch.float32)  # [n, V]
+        self.probs[idx] = got
+        self._have[idx] = True
+        greedy = self._greedy[idx]
+        if bool(greedy.any()):
+            self.fixed[idx[greedy]] = first_argmax(got[greedy])
+        seeded = self._seeded[idx]
+        if bool(seeded.any()):
+            self.fixed[idx[seeded]] = self._target.seeded(idx[seeded], got[seeded]).to(
+                self.fixed.device)

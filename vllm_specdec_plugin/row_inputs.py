@@ -9,7 +9,7 @@ import numpy as np
 
 from vllm_specdec_plugin.compat import runner_hooks
 from vllm_specdec_plugin.compat.draft_grammar import is_structured
-from vllm_specdec_plugin.sampling.pipeline import SamplingSpec
+from vllm_specdec_plugin.sampling.pipeline import SAMPLING_EPS, SamplingSpec
 
 
 def end_of(runner: Any, row: int, req_id: str) -> int | None:
@@ -17,6 +17,12 @@ def end_of(runner: Any, row: int, req_id: str) -> int | None:
     where vLLM gives no max_tokens)."""
     max_tokens = getattr(runner_hooks.sampling_params(runner, req_id), "max_tokens", None)
     return None if max_tokens is None else runner_hooks.prompt_len(runner, row) + max_tokens
+
+
+def is_sampled(runner: Any, req_id: str) -> bool:
+    """The request samples (temperature above vLLM's greedy threshold)."""
+    sp = runner_hooks.sampling_params(runner, req_id)
+    return sp is not None and float(sp.temperature) >= SAMPLING_EPS
 
 
 def sampling_inputs(runner: Any, plan: Any, committed_row: np.ndarray) -> None:

@@ -71,8 +71,9 @@ class StepRecorder:
         self._gap = 0.0 if self._last_end is None else self._t0 - self._last_end
 
     def end(self, sampled_token_ids: list[list[int]], req_ids: list[str],
-            requests: Mapping[str, Any], exact_s: float) -> float | None:
-        """Record the step that ended (``exact_s``: its exact sampler seconds); returns the
+            requests: Mapping[str, Any], exact_s: float, positions: int = 0) -> float | None:
+        """Record the step that ended (``exact_s``: its exact sampler seconds, which made
+        ``positions`` sampled positions past each row's first); returns the
         target seconds it saved (``saved_seconds``), None with a prefill or unpriced."""
         if self._t0 is None:
             return None
@@ -89,13 +90,13 @@ class StepRecorder:
         if step_log.isEnabledFor(logging.DEBUG):
             self._log_step(seconds, exact_s, n, m, rows, verify, emitted)
         if n + m:
-            self.cost.observe_step(seconds, n, m, rows, exact_s, verify)
+            self.cost.observe_step(seconds, n, m, rows, exact_s, verify, positions)
         if m:
             return None
         plain, whole = self.cost.step_s(rows), self.cost.step_s(n, rows=rows)
         saved = None
         if plain and whole:  # F: the step in plain steps at its batch, as the policy priced it
-            step = whole / plain + (self.cost.sigma_s(rows) / plain if verify else 0.0)
+            step = whole / plain + (self.cost.sigma_s(rows, positions) / plain if verify else 0.0)
             for row, sampled in enumerate(sampled_token_ids):
                 req = requests.get(req_ids[row]) if sampled else None
                 if req is not None:

@@ -529,3 +529,22 @@ def test_pure_modules_import_no_vllm_or_torch(name):
     allowed = STDLIB | ({"numpy"} if name.startswith("ngram") else set())
     assert top <= allowed, (name, top - allowed)
     assert ours <= PURE[name], (name, ours - PURE[name])
+
+
+def test_sigma_prices_each_sampled_position_a_verification_reaches():
+    """σ = s0 + s1·R + s2·P: P, the sampled positions made past each row's first, varies
+    with acceptance apart from the rows; s2 / T(B) is the price of one more of them."""
+    cost = StepCost()
+    plain(cost, 0.03, 1)
+    rng = random.Random(3)
+    for _ in range(40):
+        rows, positions = rng.choice((1, 2, 4)), rng.randint(0, 8)
+        cost.observe_step(0.06, 5 * rows, 0, rows, exact_s=0.001 + 2e-4 * rows + 0.0045 * positions,
+                          verified=True, positions=positions)
+    assert cost.sigma_s(2, 3) == pytest.approx(0.001 + 4e-4 + 0.0135, rel=1e-6)
+    assert cost.prices(1).sampled_position == pytest.approx(0.0045 / cost.step_s(1), rel=1e-6)
+    greedy = StepCost()   # no sampled row: the term is never identified, so never priced
+    plain(greedy, 0.03, 1)
+    for rows in (1, 2, 4) * 8:
+        greedy.observe_step(0.06, 5 * rows, 0, rows, exact_s=0.001 + 2e-4 * rows, verified=True)
+    assert greedy.prices(1).sampled_position == 0.0

@@ -157,7 +157,8 @@ def test_flat_batches_mix_seeded_unseeded_and_greedy_rows():
 
 @pytest.mark.parametrize("seed", range(8))
 def test_flat_p_matches_per_position_reference(seed, monkeypatch):
-    """p itself: sampled rows bit for bit (seeded ones: their processed logits, which
+    """p itself, any row asked for alone (the verification makes p a position at a
+    time): sampled rows bit for bit (seeded ones: their processed logits, which
     vLLM's op samples), greedy rows (processed logits) by argmax."""
     from vllm_specdec_plugin import rejection
 
@@ -165,7 +166,7 @@ def test_flat_p_matches_per_position_reference(seed, monkeypatch):
     real = rejection.rejection_sample
 
     def spy(drafts, n, q, p, greedy, *seeding):
-        seen["p"] = p.clone()
+        seen["p"] = torch.cat([p.rows(torch.tensor([r])) for r in range(p.shape[0])])
         return real(drafts, n, q, p, greedy, *seeding)
 
     monkeypatch.setattr(rejection, "rejection_sample", spy)
@@ -179,6 +180,41 @@ def test_flat_p_matches_per_position_reference(seed, monkeypatch):
             assert int(seen["p"][r].argmax()) == int(want["p"][r].argmax()), r
         else:
             assert torch.equal(seen["p"][r], want["p"][r]), r
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_verification_makes_only_the_positions_it_reaches(seed, monkeypatch):
+    """The sampling pipeline runs on position j of a request only when its drafts before
+    j were accepted: the rows made are, per request, positions 0..num_accepted, each
+    once (the top-p sort over V is the cost of a sampled position)."""
+    from vllm_specdec_plugin import rejection
+
+    made, accepted = [], {}
+    real = rejection.rejection_sample
+
+    def spy(drafts, n, q, p, greedy, *seeding):
+        inner = p.rows
+
+        def rows(idx):
+            made.extend(idx.tolist())
+            return inner(idx)
+
+        out, num_accepted = real(drafts, n, q, rejection.TargetRows(p.shape, p.device, rows,
+                                                                    p.seeded), greedy, *seeding)
+        accepted["n"] = num_accepted.tolist()
+        return out, num_accepted
+
+    monkeypatch.setattr(rejection, "rejection_sample", spy)
+    runner, metadata, q, logits = _batch(seed, batch=7, vocab=11)
+    exact_rejection_sample(runner, metadata, q, logits)
+    starts, first = [], 0
+    for n in metadata.num_draft_tokens:
+        starts.append(first)
+        first += n + 1
+    want = [starts[b] + j for b, a in enumerate(accepted["n"]) for j in range(a + 1)]
+    assert sorted(made) == want
+    assert len(made) < first or all(a == n for a, n in zip(accepted["n"],
+                                                          metadata.num_draft_tokens))
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -776,3 +776,20 @@ def test_saved_seconds():
     # in a step predicted at 11 ms plus 1 ms of σ (F = 1.2 plain steps)
     assert saved_seconds(8, 8, 0.010, 1.0) == 0.0
     assert saved_seconds(12, 8, 0.010, (0.011 + 0.001) / 0.010) == pytest.approx(0.015 - 0.012)
+
+
+def test_a_sampled_row_pays_for_the_positions_its_verification_reaches():
+    """reach·α^j on position j (the pipeline runs on the next position as often as j is
+    accepted): with the price of a top-p sort a sampled row verifies fewer drafts than
+    the same greedy row, and none where even its first draft does not pay; reach 0 is
+    the greedy decision."""
+    view = StepView(batch=1, verify=0.05, sigma=0.1, tpot_limit=HUGE)
+    offer = lambda: [Offer("ngram", 0.8, 8)]  # noqa: E731
+    greedy = decide(view, [RowView(offer())])
+    sampled = decide(view, [RowView(offer(), reach=0.3)])
+    assert greedy.ks[0][1] == 8
+    assert 0 < sampled.ks[0][1] < 8
+    assert decide(view, [RowView(offer(), reach=0.0)]).ks == greedy.ks
+    poor = decide(StepView(batch=1, verify=0.05, sigma=0.1, tpot_limit=HUGE),
+                  [RowView([Offer("ngram", 0.3, 8)], reach=3.0)])
+    assert poor.ks == [("", 0)]

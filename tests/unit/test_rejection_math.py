@@ -611,5 +611,5 @@ def test_rejection_mathematics_needs_torch_only(name):
     from test_cost import imports_of
 
     top, ours = imports_of(name)
-    assert top <= {"__future__", "collections", "torch"}, top
+    assert top <= {"__future__", "collections", "dataclasses", "torch"}, top
     assert ours <= {"rejection", "token_draw"}, ours

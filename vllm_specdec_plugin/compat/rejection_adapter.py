@@ -55,6 +55,7 @@ def _make_sampler_class(base: type) -> type:
 
         runner: Any = None
         exact_seconds = 0.0  # wall time of the exact path since the proposer last read it
+        extra_positions = 0  # sampled positions it made beyond each row's first, since then
 
         def forward(self, metadata, draft_probs, logits, sampling_metadata):  # noqa: ANN001
             if metadata.max_spec_len == 0 and not sampling_metadata.generators:
@@ -69,7 +70,9 @@ def _make_sampler_class(base: type) -> type:
                 # vLLM's warm-up calls (dummy requests): numerics are irrelevant there.
                 return super().forward(metadata, draft_probs, logits, sampling_metadata)
             t0 = time.perf_counter()
-            out = exact_rejection_sample(runner, metadata, draft_probs, logits)
+            made: list[int] = []
+            out = exact_rejection_sample(runner, metadata, draft_probs, logits, made)
+            self.extra_positions += sum(made)
             logprobs = None
             if sampling_metadata.max_num_logprobs is not None:
                 logprobs = self._get_logprobs_tensors(
@@ -89,12 +92,14 @@ def _batch_known(runner: Any, batch_size: int) -> bool:
 
 
 def exact_rejection_sample(runner: Any, metadata: Any, draft_probs: torch.Tensor | None,
-                           logits: torch.Tensor) -> torch.Tensor:
+                           logits: torch.Tensor, made: list[int] | None = None) -> torch.Tensor:
     """Output token ids [B, K+1] int32 (placeholder -1) of one verification step, on
     vLLM's flat rows (metadata: SpecDecodeMetadata; draft_probs [drafts, V] | None;
-    logits [drafts + B, V], per request its draft rows then bonus)."""
-    from vllm_specdec_plugin.rejection import (PLACEHOLDER_TOKEN_ID, greedy_verify,
-                                               rejection_sample)
+    logits [drafts + B, V], per request its draft rows then bonus). ``made`` gets the
+    sampled rows' positions past their first that the pipeline ran on (what a verify
+    step's sampling adds to a plain step's: σ's third term, ``control.cost``)."""
+    from vllm_specdec_plugin.rejection import (PLACEHOLDER_TOKEN_ID, TargetRows,
+                                               greedy_verify, rejection_sample)
     from vllm_specdec_plugin.sampling.constraints import (apply_constraints,
                                                           constraints_from_sampling_params)
     from vllm_specdec_plugin.compat.seeded import seeded_tokens as seeded_tokens_of
@@ -149,26 +154,34 @@ def exact_rejection_sample(runner: Any, metadata: Any, draft_probs: torch.Tensor
     # Seeded sampled rows take vLLM's own noise for each output token (seeded.py): their
     # p rows stay processed logits, which its op samples from.
     seeded = [s.seed is not None and not s.is_greedy for s in specs]
-    p = position_probs(logits, specs, [s.prompt_token_ids or [] for s in states],
-                       outputs, drafts, keep_logits=seeded)                 # [T, V]
-    seeded_tokens = None
+    prompts = [s.prompt_token_ids or [] for s in states]
+    owner = [b for b, n in enumerate(num_draft) for _ in range(n + 1)]   # [T] request
+    pos = [j for n in num_draft for j in range(n + 1)]                   # [T] position
+    streams = {}
     if any(seeded):
         # Output index of each row's first position: the outputs committed so far
         # (a chunked prefill's discarded partial steps sample index 0, as its last).
         # (Async scheduling would pad output_token_ids; vLLM 0.32 runs custom_class
         # proposers without it.)
-        seeded_tokens = torch.zeros(p.shape[0], dtype=torch.long, device=dev)
-        streams = runner.drafter.seed_streams
-        first = 0
-        for b, n in enumerate(num_draft):
-            if seeded[b]:
-                s = states[b]
-                stream = streams.get(req_ids[b], specs[b].seed, s.num_prompt_tokens)
-                done = len(s.output_token_ids)
-                stream.release(done)  # emitted tokens' seeds (not the drafts' ahead)
-                seeded_tokens[first:first + n + 1] = seeded_tokens_of(
-                    p[first:first + n + 1], stream, done)
-            first += n + 1
+        for b in (b for b in range(B) if seeded[b]):
+            stream = runner.drafter.seed_streams.get(req_ids[b], specs[b].seed,
+                                                     states[b].num_prompt_tokens)
+            stream.release(len(outputs[b]))  # emitted tokens' seeds (not the drafts' ahead)
+            streams[b] = stream
+
+    def rows(idx: torch.Tensor) -> torch.Tensor:  # only the positions verification reaches
+        if made is not None:
+            made.append(sum(1 for r in idx.tolist() if pos[r] and not specs[owner[r]].is_greedy))
+        return position_probs(logits, specs, prompts, outputs, drafts, keep_logits=seeded,
+                              rows=idx.tolist())
+
+    def seeded_rows(idx: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
+        return torch.cat([seeded_tokens_of(got[i:i + 1], streams[owner[r]],
+                                           len(outputs[owner[r]]) + pos[r])
+                          for i, r in enumerate(idx.tolist())])
+
+    target = TargetRows((logits.shape[0], logits.shape[1]), dev, rows,
+                        seeded_rows if streams else None)
     is_greedy = torch.tensor([s.is_greedy for s in specs], dtype=torch.bool, device=dev)
-    out, _ = rejection_sample(draft_ids, n_t, draft_probs, p, is_greedy, seeded, seeded_tokens)
+    out, _ = rejection_sample(draft_ids, n_t, draft_probs, target, is_greedy, seeded)
     return out.to(torch.int32)

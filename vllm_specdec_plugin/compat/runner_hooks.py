@@ -51,13 +51,15 @@ def bind_sampler(runner: Any) -> None:
         sampler.runner = runner
 
 
-def take_exact_sampler_seconds(runner: Any) -> float:
-    """Seconds our rejection sampler's exact path ran since the last call (then 0)."""
+def take_exact_sampler(runner: Any) -> tuple[float, int]:
+    """Seconds our rejection sampler's exact path ran since the last call, and the
+    sampled positions it made past each row's first (then both 0)."""
     sampler = getattr(runner, "rejection_sampler", None)
     seconds = getattr(sampler, "exact_seconds", 0.0)
-    if seconds:
-        sampler.exact_seconds = 0.0
-    return seconds
+    positions = getattr(sampler, "extra_positions", 0)
+    if seconds or positions:
+        sampler.exact_seconds, sampler.extra_positions = 0.0, 0
+    return seconds, positions
 
 
 def batch_req_ids(runner: Any) -> list[str]:

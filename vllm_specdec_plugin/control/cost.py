@@ -1,6 +1,7 @@
 """What a step costs, fitted from the step timers in seconds (pure Python): ``target``
 a + b·n + p·m + q·R (n decode/verify tokens over R rows, m prefill tokens), ``sigma``
-s0 + s1·R (the exact sampler on a verifying step; the first, a set-up, skipped), ``draft``
+s0 + s1·R + s2·P (the exact sampler on a verifying step, P sampled positions it made past
+each row's first; the first step, a set-up, skipped), ``draft``
 d0 + d1·P + d2·N (P forwards over N tokens), ``catch_up`` c0 + c1·N (N tokens fed).
 ``prices``: all in plain steps at batch B, for the policy."""
 
@@ -24,6 +25,7 @@ class Prices:
     draft_token: float  # one drafted position of one row: a draft pass over B rows / (B·T(B))
     catch_up: float     # one committed token fed to the draft: c1 / T(B)
     prefill: float      # one prompt token in the step: p / T(B)
+    sampled_position: float = 0.0  # one more position of a sampled row in σ: s2 / T(B)
 
 
 class StepCost:
@@ -31,7 +33,7 @@ class StepCost:
 
     def __init__(self) -> None:
         self.target = OnlineFit(3, STEP_FIT_DECAY, STEP_FIT_SOLVE_EVERY, STEP_FIT_SURPRISE, A_MIN)
-        self.sigma = OnlineFit(1, SIGMA_FIT_DECAY)
+        self.sigma = OnlineFit(2, SIGMA_FIT_DECAY)
         self.draft = OnlineFit(2, DRAFT_FIT_DECAY)
         self.catch_up = OnlineFit(1, DRAFT_FIT_DECAY)
         self._sigma_seen = False
@@ -39,16 +41,17 @@ class StepCost:
         self._key: tuple = ()
 
     def observe_step(self, seconds: float, n: int, m: int, rows: int, exact_s: float = 0.0,
-                     verified: bool = False) -> None:
+                     verified: bool = False, positions: int = 0) -> None:
         """One target step of ``seconds`` (``exact_s`` in the exact sampler: σ when it
-        ``verified`` drafts), n decode/verify tokens over ``rows`` rows, m prefill tokens."""
+        ``verified`` drafts, making ``positions`` sampled positions past each row's
+        first), n decode/verify tokens over ``rows`` rows, m prefill tokens."""
         if not seconds >= 0 or n < 0 or m < 0 or n + m < 1 or not 0 <= rows <= n:
             raise ValueError(f"bad step: seconds={seconds!r}, n={n!r}, m={m!r}, rows={rows!r}")
         exact_s = min(max(exact_s, 0.0), seconds)
         self.target.add(seconds - exact_s, n, m, rows)
         if verified and not m:
             if self._sigma_seen:
-                self.sigma.add(exact_s, rows)
+                self.sigma.add(exact_s, rows, positions)
             self._sigma_seen = True
 
     def observe_draft(self, seconds: float, passes: int, tokens: int) -> None:
@@ -69,9 +72,10 @@ class StepCost:
         """Seconds of a target step (``rows`` None: a plain step, one row per token)."""
         return self.target.predict(n, m, n if rows is None else rows)
 
-    def sigma_s(self, rows: int) -> float:
-        """σ's seconds at ``rows`` rows; 0 until measured."""
-        return (self.sigma.predict(rows) or 0.0) if self.sigma.w else 0.0
+    def sigma_s(self, rows: int, positions: float = 0) -> float:
+        """σ's seconds at ``rows`` rows making ``positions`` sampled positions past each
+        row's first; 0 until measured."""
+        return (self.sigma.predict(rows, positions) or 0.0) if self.sigma.w else 0.0
 
     def catch_up_per_token(self) -> float | None:
         """c1 s/token; until the fed counts varied, seconds / tokens (an upper bound);
@@ -104,7 +108,8 @@ class StepCost:
                 c = self.target.slope(1)
             p = self._prices[batch] = Prices(
                 plain, self.target.slope(0) / plain, self.sigma_s(b) / plain,
-                per_pass / (b * plain), c / plain, self.target.slope(1) / plain)
+                per_pass / (b * plain), c / plain, self.target.slope(1) / plain,
+                (self.sigma.slope(1) if self.sigma.w else 0.0) / plain)
         return p
 
     def catch_up_room(self, batch: int, most: float) -> int | None:

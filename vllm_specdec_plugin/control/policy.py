@@ -6,7 +6,9 @@ steps (a step without drafts at this batch = 1; it emits B tokens).
 
 - **Goodput** E / F, tokens per plain step: position j of a row is worth α^j and costs c
   = v (a verify token) + its source's cost (the draft model: its forward's share and its
-  catch-up spread over the request's rounds); a verifying step also pays σ. Positions go
+  catch-up spread over the request's rounds) + on a sampled row ``reach``·α^j (the
+  sampling pipeline runs on the position after draft j only if drafts 1..j were
+  accepted); a verifying step also pays σ. Positions go
   by worth / cost, best first, while they raise E / F (so each row keeps a prefix); the
   step verifies only if that beats B by ``MIN_GAIN``. A row's source: the offer with the
   larger net gain Σ_j (α^j - c·B) at its best k.
@@ -49,6 +51,7 @@ class Offer:
 class RowView:
     offers: list[Offer]
     credit: float = 0.0  # time-per-token budget saved (+) or owed (-), plain steps
+    reach: float = 0.0   # a sampled row: plain steps one more position costs verification
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +79,12 @@ class Decision:
 def decide(view: StepView, rows: list[RowView]) -> Decision:
     """The step's decision (module docstring)."""
     B, v = max(view.batch, 1), view.verify
-    chosen: list[Offer | None] = [_choose(r.offers, v, B) for r in rows]
+    chosen: list[Offer | None] = [_choose(r.offers, v, B, r.reach) for r in rows]
     why = ["no_offer" if o is None else "adaptive" for o in chosen]
     # candidates, best worth per cost first: (-ratio, row, first j, last j, worth, cost);
     # a row's first item is the prefix that pays its round cost (``once``) best, then
     # one position at a time.
-    heap = [_first_item(i, o, v) for i, o in enumerate(chosen) if o is not None]
+    heap = [_first_item(i, o, v, rows[i].reach) for i, o in enumerate(chosen) if o is not None]
     heapq.heapify(heap)
     room = view.first_token_room
     spent = 0.0 if room is None else view.sigma  # against the first token's room
@@ -111,12 +114,14 @@ def decide(view: StepView, rows: list[RowView]) -> Decision:
         why[i] = ""
         order.extend([i] * (j1 - j0 + 1))
         if j1 < o.k:
-            c, w = max(v + o.cost, 1e-12), o.alpha ** (j1 + 1)
+            w = o.alpha ** (j1 + 1)
+            c = _cost(o, v, rows[i].reach, w)
             heapq.heappush(heap, (-w / c, i, j1 + 1, j1 + 1, w, c))
     if view.probe:
         for i, o in enumerate(chosen):
-            if o is not None and not k[i] and (room is None or spent + v + o.cost + o.now <= room):
-                k[i], spent, F, E = 1, spent + v + o.cost + o.now, F + v + o.cost + o.once, E + o.alpha
+            c = 0.0 if o is None else _cost(o, v, rows[i].reach, o.alpha)
+            if o is not None and not k[i] and (room is None or spent + c + o.now <= room):
+                k[i], spent, F, E = 1, spent + c + o.now, F + c + o.once, E + o.alpha
                 why[i] = ""
                 order.append(i)
     elif view.adaptive and any(k) and E / F <= B * (1.0 + MIN_GAIN):
@@ -128,29 +133,35 @@ def decide(view: StepView, rows: list[RowView]) -> Decision:
     return Decision([(chosen[i].source, ki) if ki else NONE for i, ki in enumerate(k)], why, order)
 
 
-def _first_item(i: int, o: Offer, v: float) -> tuple:
+def _cost(o: Offer, v: float, reach: float, worth: float) -> float:
+    """Plain steps a position of worth α^j costs: its verify token, its source's cost and,
+    on a sampled row, the pipeline on the next position, reached as often as it is worth."""
+    return max(v + o.cost + reach * worth, 1e-12)
+
+
+def _first_item(i: int, o: Offer, v: float, reach: float = 0.0) -> tuple:
     """Row ``i``'s first candidate: positions 1..m of best worth per cost, ``once`` included."""
-    c = max(v + o.cost, 1e-12)
-    best, worth, p = None, 0.0, 1.0
+    best, worth, p, cost = None, 0.0, 1.0, o.once
     for m in range(1, o.k + 1):
         p *= o.alpha
         worth += p
-        cost = m * c + o.once
+        cost += _cost(o, v, reach, p)
         if best is not None and worth / cost <= -best[0]:
             break  # the ratio of a prefix rises then falls: the first fall is the peak
         best = (-worth / cost, i, 1, m, worth, cost)
     return best
 
 
-def _choose(offers: list[Offer], v: float, batch: int) -> Offer | None:
-    """The offer of larger net gain Σ_{j<=k} (α^j - c·B) at its best k (ties: the first)."""
+def _choose(offers: list[Offer], v: float, batch: int, reach: float = 0.0) -> Offer | None:
+    """The offer of larger net gain Σ_{j<=k} (α^j - c_j·B) at its best k (ties: the first)."""
     best, best_gain = None, float("-inf")
     for o in offers:
         if o.k < 1:
             continue
-        gain, p, price = -o.once * batch, 1.0, (v + o.cost) * batch
+        gain, p = -o.once * batch, 1.0
         for _ in range(o.k):
             p *= o.alpha
+            price = _cost(o, v, reach, p) * batch
             if p <= price:
                 break
             gain += p - price

@@ -151,12 +151,14 @@ def position_probs(
     output_token_ids: Sequence[Sequence[int]],  # [B][L_out]
     draft_token_ids: Sequence[Sequence[int]],  # [B][k_b]
     keep_logits: Sequence[bool] | None = None,  # [B]: sampled requests returned as logits
+    rows: Sequence[int] | None = None,  # flat rows to make (None: all T)
 ) -> torch.Tensor:
     """`target_probs` at every speculative position, in vLLM's flat layout: request b
     owns k_b + 1 consecutive rows, its positions 0..k_b, position j's output history
-    `output[b] + drafts[b][:j]`. Returns [T, V] float32: probs for sampled rows, the
-    processed logits for greedy rows (the rejection step reads only their argmax) and
-    for ``keep_logits`` requests (seeded rows: vLLM's sampling op takes logits)."""
+    `output[b] + drafts[b][:j]`. Returns [T, V] float32 (``rows``: [len(rows), V], those
+    rows only): probs for sampled rows, the processed logits for greedy rows (the
+    rejection step reads only their argmax) and for ``keep_logits`` requests (seeded
+    rows: vLLM's sampling op takes logits)."""
     if logits.ndim != 2:
         raise ValueError(f"logits must be [T, V], got {tuple(logits.shape)}")
     _check_batch(specs, len(draft_token_ids))
@@ -175,6 +177,12 @@ def position_probs(
                 for r in rows]
 
     flat_keep = None if keep_logits is None else [keep_logits[b] for b in owner]
+    if rows is not None:  # the subset: each row's spec, owner and position go with it
+        rows = list(rows)
+        logits = _select(logits, rows)
+        flat_specs = [flat_specs[r] for r in rows]
+        owner, pos = [owner[r] for r in rows], [pos[r] for r in rows]
+        flat_keep = None if flat_keep is None else [flat_keep[r] for r in rows]
     return _probs(logits, flat_specs, prompts, histories, one_hot_greedy=False,
                   keep_logits=flat_keep)
 
