@@ -51,6 +51,9 @@ class Method:
 # The plugin before the controller's rewrite (aa07521, 2026-12-02), served beside the
 # working tree's as "plugin-before-*" configurations.
 PLUGIN_BEFORE = "aa075210d7cd2d469497378ca4ea56dbf3fe5206"
+# The plugin before verification made only the positions it reaches (ce184e6,
+# 2026-12-07): every sampled position ran the sampling pipeline. "plugin-eager-*".
+PLUGIN_EAGER = "ce184e62be202c81a965f80cff8e12b342ccb06a"
 # Set (a full commit id) by ``benchmarks.serving --plugin-commit``: every other plugin
 # configuration serves the package as of that commit, exported like PLUGIN_BEFORE.
 PLUGIN_COMMIT_ENV = "SPECDEC_PLUGIN_COMMIT"
@@ -65,6 +68,9 @@ METHODS: dict[str, Method] = {
     "plugin-before": Method("plugin", PLUGINS_SPECDEC, needs_draft=True,
                             extra_site=f".cache/plugin-{PLUGIN_BEFORE[:7]}/site",
                             commit=PLUGIN_BEFORE),
+    "plugin-eager": Method("plugin", PLUGINS_SPECDEC, needs_draft=True,
+                           extra_site=f".cache/plugin-{PLUGIN_EAGER[:7]}/site",
+                           commit=PLUGIN_EAGER),
 }
 
 
@@ -130,6 +136,10 @@ TABLE: list[Entry] = [
     # (its own defaults for the rest): kept apart, so edits to today's entries or option
     # names leave it as it was.
     Entry("plugin-before-hybrid-adaptive", "plugin-before", (8,),
+          specdec={"method": "hybrid", "adaptive": True}),
+    # The plugin as of PLUGIN_EAGER, default options: sampled rows' verification before
+    # and after it made only the positions it reaches.
+    Entry("plugin-eager-hybrid-adaptive", "plugin-eager", (8,),
           specdec={"method": "hybrid", "adaptive": True}),
 ]
 

@@ -584,3 +584,26 @@ def test_ngram_followers_reads_the_longest_match_and_the_sampling_distribution()
     assert torch.allclose(p, torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
     p = sampling_probs(torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])), 1.0, 1.0)
     assert torch.allclose(p, torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+
+
+@pytest.mark.unit
+def test_sampled_summary_pairs_workloads_on_the_same_prompts():
+    """benchmarks.sampled_summary: each configuration's ratios within its own workload,
+    the plugin's acceptance per draft source and step times, and seeded over unseeded."""
+    from benchmarks import sampled_summary
+
+    def cell(config, workload, tput, tpot, spec=None):
+        return {"config": config, "workload": workload, "max_concurrency": 1, "repetition": 0,
+                "output_throughput": tput, "median_tpot_ms": tpot, "spec": spec or {}}
+
+    spec = {"draft_tokens": 10, "accepted": 6, "drafted_ngram": 4, "accepted_ngram": 1,
+            "drafted_draft": 6, "accepted_draft": 5, "verify_step_s": 0.5, "verify_steps": 10,
+            "plain_step_s": 3.0, "plain_steps": 100}
+    res = {"cells": [cell("nospec", "sharegpt-t07", 20.0, 40.0),
+                     cell("nospec", "sharegpt-t07-seeded", 20.0, 40.0),
+                     cell("plugin-x", "sharegpt-t07", 22.0, 36.0, spec),
+                     cell("plugin-x", "sharegpt-t07-seeded", 24.0, 36.9, spec)]}
+    text = "\n".join(sampled_summary.summary(res))
+    assert "plugin-x" in text and "1.10x / 0.90x, accepted 0.60 of 10" in text
+    assert "ngram 0.25 of 4 draft 0.83 of 6" in text and "verify 50.0 ms plain 30.0 ms" in text
+    assert "plugin-x                           1.025" in text

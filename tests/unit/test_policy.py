@@ -442,6 +442,12 @@ def test_verify_cap_is_the_share_of_the_predicted_step_less_sigma():
     assert verify_cap(hint(s0=0.007), 16, 200) == 0     # never negative
     assert verify_cap(hint(share=0.0), 16, 200) == 0
     assert verify_cap(hint(q=0.001), 16, 200) == 7       # a row's cost lengthens the step
+    # Beside a prompt a verify token costs what a prompt token does, where that is more
+    # (a compute-bound step): 10 ms + 200 x 4 ms, 2.5 % is 20.25 ms = 5 tokens at 4 ms,
+    # not 40 at the decode fit's 0.5 ms; the step a next prompt waits for is a decode step.
+    cheap = Hint((0.010, 0.0005, 0.004, 0.0, 0.0, 0.0), 0.025, ())
+    assert verify_cap(cheap, 0, 200) == 5
+    assert verify_cap(cheap, 0, 200, beside_prompt=False) == 40
     assert verify_cap(Hint(None, 0.05, ()), 16, 200) is None  # no fit: no cap
     assert verify_cap(Hint((0.01, 0.0, 0.0005, 0.0, 0.0, 0.0), 0.05, ()), 16, 200) is None
 

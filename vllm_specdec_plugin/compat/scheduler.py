@@ -110,7 +110,8 @@ def _bound_drafts(scheduler: Any, side: SchedulerSide) -> None:
         room = budget - decode_rows - prefill  # vLLM would cut past its budget anyway
         cap = room if cap is None else min(cap, room)
     else:
-        cap = policy.verify_cap(side.hint, decode_rows, sum(finished) / len(finished))
+        cap = policy.verify_cap(side.hint, decode_rows, sum(finished) / len(finished),
+                                beside_prompt=False)
         counts["arrival"] += 1
         if cap is None:
             return

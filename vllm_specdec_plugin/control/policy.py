@@ -198,14 +198,20 @@ class Hint:
     ranking: tuple[str, ...]
 
 
-def verify_cap(hint: Hint, decode_rows: int, prefill_tokens: float) -> int | None:
+def verify_cap(hint: Hint, decode_rows: int, prefill_tokens: float,
+               beside_prompt: bool = True) -> int | None:
     """Verify tokens a step with ``decode_rows`` and ``prefill_tokens`` may keep: with σ,
-    at most ``hint.share`` of its predicted time (None without a fit)."""
+    at most ``hint.share`` of its predicted time (None without a fit). ``beside_prompt``:
+    the step carries those prompt tokens, so it is compute-bound and a verify token
+    costs what a prompt token does (the fit's b, from decode steps, is far less: 0.13
+    against 3.8 ms on the bench pair); else it is the decode step a next prompt waits
+    for, ``prefill_tokens`` only sizing the room."""
     if hint.price is None or hint.price[1] <= 0:
         return None
     a, b, p, q, s0, s1 = hint.price
     step = a + (b + q) * decode_rows + p * prefill_tokens
-    return max(0, int((hint.share * step - s0 - s1 * decode_rows) / b))
+    per_token = max(b, p) if beside_prompt and prefill_tokens else b
+    return max(0, int((hint.share * step - s0 - s1 * decode_rows) / per_token))
 
 
 def keep(hint: Hint, cap: int) -> dict[str, int]:
