@@ -239,6 +239,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "of a run is up at once, so 0.5 lets 6 bench servers fit in 24 GiB "
                          "(bench: 32 KiB a token)")
     ap.add_argument("--eager", action="store_true", help="--enforce-eager (default: compiled, as users run)")
+    ap.add_argument("--no-chunked-prefill", action="store_true",
+                    help="--no-enable-chunked-prefill on every server: vLLM 0.32 on CPU without "
+                         "the plugin crashes on a seeded request whose prompt is chunked "
+                         "(its CPU generator has no offset to rewind)")
     ap.add_argument("--start-timeout", type=float, default=900)
     ap.add_argument("--cell-timeout", type=float, default=1800)
     ap.add_argument("--wait-quiet-s", type=float, default=30)

@@ -79,6 +79,8 @@ class Server:
                "--dtype", args.dtype, "--seed", "0"]
         if args.eager:
             cmd.append("--enforce-eager")
+        if getattr(args, "no_chunked_prefill", False):
+            cmd.append("--no-enable-chunked-prefill")
         spec = config.speculative_config(draft)
         if spec is not None:
             cmd += ["--speculative-config", json.dumps(spec)]

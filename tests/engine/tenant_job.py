@@ -29,7 +29,7 @@ def _model_clock() -> None:
     from vllm_specdec_plugin.control.cost import StepCost
 
     step, draft, catch = StepCost.observe_step, StepCost.observe_draft, StepCost.observe_catch_up
-    StepCost.observe_step = lambda self, _s, n, m, rows, _e=0.0, verified=False: step(
+    StepCost.observe_step = lambda self, _s, n, m, rows, _e=0.0, verified=False, _p=0: step(
         self, 0.02 + 0.0004 * n + 0.0002 * m + (0.001 if verified else 0.0), n, m, rows,
         0.001 if verified else 0.0, verified)
     StepCost.observe_draft = lambda self, _s, p, n: draft(self, 0.001 * p + 0.0001 * n, p, n)

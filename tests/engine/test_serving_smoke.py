@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vllm_specdec_plugin.metrics import NO_DRAFT_REASONS
+from vllm_specdec_plugin.metrics import DRAFT_SOURCES, NO_DRAFT_REASONS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,8 +39,9 @@ def test_serving_benchmark_smoke(ci_pair, tmp_path):
         steps = {f"{k}_{f}" for k in ("verify", "plain") for f in ("step_s", "steps", "emitted")}
         shadows = {"shadow_drafted", "shadow_accepted", "plan_kept", "plan_cut", "plan_deferred"}
         keys = {"drafts", "draft_tokens", "accepted", "draft_s", "draft_rounds"} | steps | shadows
-        if c["config"] != "nospec":  # the plugin's rounds without drafts, by reason
-            keys |= {f"no_draft_{r}" for r in NO_DRAFT_REASONS}
+        if c["config"] != "nospec":  # the plugin's rounds without drafts, by reason, and
+            keys |= {f"no_draft_{r}" for r in NO_DRAFT_REASONS}   # its drafts by source
+            keys |= {f"{kind}_{src}" for kind in ("drafted", "accepted") for src in DRAFT_SOURCES}
         assert set(c["spec"]) == keys, sorted(c["spec"])
         if c["config"] == "nospec":
             assert not any(c["spec"].values()), c["spec"]
