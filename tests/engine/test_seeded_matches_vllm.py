@@ -15,8 +15,8 @@ so neighbours come and go), and in groups beside a neighbour that reaches
 max_model_len (vLLM 0.32 itself drafts for nobody in the batch near its end and has every
 row verify k drafts of token 0; with our drafter each row drafts within its own room:
 the ``_input_fits_in_drafter`` row of compat/patches.py). Every seeded request's tokens must equal vLLM's; the
-drafts must really have been verified (drafted and accepted counts > 0, different
-draft schedules in different placements); and with seed + 1 most outputs must differ
+drafts must really have been verified (drafted and accepted counts > 0, and under
+adaptive k different draft schedules in different placements); and with seed + 1 most outputs must differ
 from the baseline (while still equalling vLLM's own for seed + 1).
 """
 
@@ -162,7 +162,12 @@ def test_drafts_were_verified_and_placements_changed_the_schedule(results):
                 # the crowd in two runs), and beside max_model_len see the next test.
                 assert drafted[job] > 0 and accepted > 0, (mode, job, drafted[job], accepted)
                 assert sum(s["num_accepted_draft_tokens"] > 0 for s in sd) >= N // 2, (mode, job)
-        assert len(set(drafted.values())) > 1, (mode, drafted)
+        if mode != "draft-k4":
+            # Adaptive k follows the batch, so each placement drafts its own schedule. Fixed
+            # k drafting on the request's own noise is accepted position by position, so its
+            # schedule moves only where a step with a prompt cuts its drafts, which follows
+            # measured step times (1,071 drafts in every placement in one run, not in another).
+            assert len(set(drafted.values())) > 1, (mode, drafted)
         snap = res["proposer"]
         if snap is not None:
             assert snap["drafted"] > 0 and snap["accepted"] > 0, (mode, snap)
