@@ -285,11 +285,8 @@ class DraftModelProposer:
             views.append(view)
             lookups.append(lookup)
         probe = c.adaptive and self.probes.probe()
-        # Beside a prompt the step is compute-bound: a verify token costs a prompt token's
-        # time where that is more (as ``policy.verify_cap`` prices the scheduler's cut).
-        verify = prices.verify if room is None else max(prices.verify, prices.prefill)
-        decision = decide(StepView(batch, verify, prices.sigma, c.tpot_limit, room,
-                                   c.adaptive, probe), views)
+        decision = decide(StepView(batch, prices.verify, prices.sigma, c.tpot_limit, room,
+                                   c.adaptive, probe, prices.prefill), views)
         if c.adaptive:
             self.probes.decided(decision, probe)
         plans = []

@@ -20,8 +20,6 @@ class ProposerStats:
     """Engine-lifetime counters."""
 
     rounds: int = 0                 # propose() calls that drafted for >= 1 request
-    drafted: int = 0
-    accepted: int = 0
     prefill_tokens: int = 0         # tokens run through the draft to catch up/prefill
     max_round_prefill: int = 0      # most catch-up tokens fed in one round (<= the budget)
     no_draft: Counter = field(default_factory=Counter)  # reason -> request-rounds
@@ -33,7 +31,13 @@ class ProposerStats:
     shadow_accepted: int = 0        # of those, matched by the committed tokens
 
     def record_verification(self, source: str, drafted: int, accepted: int) -> None:
-        self.drafted += drafted
-        self.accepted += accepted
         self.drafted_by[source] += drafted
         self.accepted_by[source] += accepted
+
+    @property
+    def drafted(self) -> int:  # draft tokens verified, every source
+        return sum(self.drafted_by.values())
+
+    @property
+    def accepted(self) -> int:
+        return sum(self.accepted_by.values())

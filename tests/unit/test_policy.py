@@ -799,3 +799,15 @@ def test_a_sampled_row_pays_for_the_positions_its_verification_reaches():
     poor = decide(StepView(batch=1, verify=0.05, sigma=0.1, tpot_limit=HUGE),
                   [RowView([Offer("ngram", 0.3, 8)], reach=3.0)])
     assert poor.ks == [("", 0)]
+
+
+def test_beside_a_prompt_a_verify_token_is_priced_as_a_prompt_token():
+    """With a prompt next, the first token's room is spent at max(verify, prefill) a
+    position: a room of 0.1 plain steps holds 9 drafts at 0.01 but 1 at 0.08; without a
+    prompt the prefill price changes nothing."""
+    rows = lambda: [RowView([Offer("ngram", 0.99, 9)])]  # noqa: E731
+    at = lambda prefill, room: decide(StepView(1, 0.01, 0.0, HUGE, room, adaptive=False,  # noqa: E731
+                                               prefill=prefill), rows()).ks[0][1]
+    assert at(0.0, 0.1) == 9
+    assert at(0.08, 0.1) == 1
+    assert at(0.08, None) == 9

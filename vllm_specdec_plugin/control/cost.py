@@ -109,7 +109,7 @@ class StepCost:
             p = self._prices[batch] = Prices(
                 plain, self.target.slope(0) / plain, self.sigma_s(b) / plain,
                 per_pass / (b * plain), c / plain, self.target.slope(1) / plain,
-                (self.sigma.slope(1) if self.sigma.w else 0.0) / plain)
+                self.sigma.slope(1) / plain)
         return p
 
     def catch_up_room(self, batch: int, most: float) -> int | None:

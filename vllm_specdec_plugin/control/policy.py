@@ -15,7 +15,8 @@ steps (a step without drafts at this batch = 1; it emits B tokens).
 - **Bounds**: no row's time per token over ``tpot_limit`` of a plain step's less the
   budget it saved, F <= tpot_limit·E[N_r] + credit_r (a row that gains nothing bounds the
   whole step; the budget carries slack between steps: ``RequestState.settle``); when a
-  prompt comes next, drafting, verification and σ within ``first_token_room``.
+  prompt comes next, drafting, verification and σ within ``first_token_room`` (a verify
+  token beside a prompt priced at least as a prompt token: the step is compute-bound).
 - **Probes** give every row with an offer one draft, so a stale α is measured again
   (``ProbeSchedule``); **host time** (``PlanningCost``): a batch size where planning
   took more than it saved is planned only for probes, nor past the first token's room.
@@ -63,6 +64,7 @@ class StepView:
     first_token_room: float | None = None  # plain steps before a prompt's step (None: no prompt next)
     adaptive: bool = True
     probe: bool = False
+    prefill: float = 0.0       # one prompt token, plain steps: a verify token's price beside one
 
 
 @dataclass(slots=True)
@@ -78,7 +80,10 @@ class Decision:
 
 def decide(view: StepView, rows: list[RowView]) -> Decision:
     """The step's decision (module docstring)."""
-    B, v = max(view.batch, 1), view.verify
+    # Beside a prompt the step is compute-bound: a verify token costs a prompt token's time
+    # where that is more (as ``verify_cap`` prices the scheduler's cut).
+    room = view.first_token_room
+    B, v = max(view.batch, 1), view.verify if room is None else max(view.verify, view.prefill)
     chosen: list[Offer | None] = [_choose(r.offers, v, B, r.reach) for r in rows]
     why = ["no_offer" if o is None else "adaptive" for o in chosen]
     # candidates, best worth per cost first: (-ratio, row, first j, last j, worth, cost);
@@ -86,7 +91,6 @@ def decide(view: StepView, rows: list[RowView]) -> Decision:
     # one position at a time.
     heap = [_first_item(i, o, v, rows[i].reach) for i, o in enumerate(chosen) if o is not None]
     heapq.heapify(heap)
-    room = view.first_token_room
     spent = 0.0 if room is None else view.sigma  # against the first token's room
     E, F = float(B), 1.0 + view.sigma            # tokens, plain steps (σ paid once)
     e_row = [1.0] * len(rows)                    # E[N] per row
