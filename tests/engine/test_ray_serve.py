@@ -128,7 +128,7 @@ def test_bridge_mirrors_multiprocess_samples(tmp_path):
     from vllm_specdec_plugin import ray_bridge
 
     writer = ("from vllm_specdec_plugin.metrics import ProposerMetrics\n"
-              "m = ProposerMetrics('fx'); m.verified(10, 7); m.chosen_k([0, 3]); m.kv_blocks(3, 9)\n"
+              "m = ProposerMetrics('fx'); m.verified({'draft': 10, 'ngram': 2}, {'draft': 7, 'ngram': 1}); m.chosen_k([0, 3]); m.kv_blocks(3, 9)\n"
               "m.target_step('verify', 0.01, 4); m.no_draft('pool_full', 2)\n")
     subprocess.run([sys.executable, "-c", writer], check=True, cwd=REPO,
                    env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})
@@ -148,8 +148,10 @@ def test_bridge_mirrors_multiprocess_samples(tmp_path):
     assert bridge.sync() == len(got) > 40
     assert bridge.sync() == len(got)  # gauges are made once, then only set
     lab = (("ReplicaId", "rep1"), ("model_name", "fx"))
-    assert got[("specdec_draft_tokens_total", lab)] == 10
-    assert got[("specdec_accepted_tokens_total", lab)] == 7
+    by = {s: lab + (("source", s),) for s in ("draft", "ngram")}
+    assert got[("specdec_draft_tokens_total", by["draft"])] == 10
+    assert got[("specdec_accepted_tokens_total", by["draft"])] == 7
+    assert got[("specdec_accepted_tokens_total", by["ngram"])] == 1
     assert got[("specdec_draft_k_bucket", (("ReplicaId", "rep1"), ("le", "0.0"), ("model_name", "fx")))] == 1
     assert got[("specdec_draft_k_count", lab)] == 2 and got[("specdec_draft_k_sum", lab)] == 3
     assert got[("specdec_draft_kv_blocks_used", lab)] == 3
