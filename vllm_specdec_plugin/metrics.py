@@ -153,10 +153,6 @@ class ProposerMetrics:
     def draft_step(self, seconds: float) -> None:
         self._draft_step.observe(seconds)
 
-    def chosen_k(self, ks: Iterable[int]) -> None:
-        for k, n in Counter(ks).items():
-            observe_many(self._k, k, n)
-
     def sources(self, rounds: Mapping[str, int]) -> None:
         """Request-rounds by source: "draft", "ngram" or "none" -> count."""
         for src, n in rounds.items():

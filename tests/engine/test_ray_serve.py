@@ -128,7 +128,8 @@ def test_bridge_mirrors_multiprocess_samples(tmp_path):
     from vllm_specdec_plugin import ray_bridge
 
     writer = ("from vllm_specdec_plugin.metrics import ProposerMetrics\n"
-              "m = ProposerMetrics('fx'); m.verified({'draft': 10, 'ngram': 2}, {'draft': 7, 'ngram': 1}); m.chosen_k([0, 3]); m.kv_blocks(3, 9)\n"
+              "m = ProposerMetrics('fx'); m.verified({'draft': 10, 'ngram': 2}, {'draft': 7, 'ngram': 1})\n"
+              "m.step_done([3], {'adaptive': 1}, {}, 0); m.kv_blocks(3, 9)  # k 3 and k 0\n"
               "m.target_step('verify', 0.01, 4); m.no_draft('pool_full', 2)\n")
     subprocess.run([sys.executable, "-c", writer], check=True, cwd=REPO,
                    env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})

@@ -19,11 +19,8 @@ def test_metrics_follow_prometheus_conventions():
     m.request_finished(8, 5)
     m.target_step("verify", 0.02, 9)
     m.draft_step(0.004)
-    m.chosen_k([4, 0])
-    m.no_draft("pool_full")
+    m.step_done([4], {"pool_full": 1}, {"draft": 2, "ngram": 1, "none": 1}, 2)  # k 4 and k 0
     m.kv_blocks(3, 40)
-    m.sources({"draft": 2, "ngram": 1, "none": 1})
-    m.backed_off(2)
     text = generate_latest(REGISTRY).decode()
     lines = [l for l in text.splitlines() if 'model_name="unit-model"' in l]
     get = lambda prefix: [float(l.rsplit(" ", 1)[1]) for l in lines if l.startswith(prefix)]
