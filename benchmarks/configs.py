@@ -51,12 +51,11 @@ class Method:
 # The plugin before the controller's rewrite (aa07521, 2026-12-02), served beside the
 # working tree's as "plugin-before-*" configurations.
 PLUGIN_BEFORE = "aa075210d7cd2d469497378ca4ea56dbf3fe5206"
-# The plugin before verification made only the positions it reaches (ce184e6,
-# 2026-12-07): every sampled position ran the sampling pipeline. "plugin-eager-*".
-PLUGIN_EAGER = "ce184e62be202c81a965f80cff8e12b342ccb06a"
 # Set (a full commit id) by ``benchmarks.serving --plugin-commit``: every other plugin
 # configuration serves the package as of that commit, exported like PLUGIN_BEFORE.
 PLUGIN_COMMIT_ENV = "SPECDEC_PLUGIN_COMMIT"
+# Set by ``--compare-commit``: the "plugin-compare-*" configurations serve that commit.
+COMPARE_COMMIT_ENV = "SPECDEC_COMPARE_COMMIT"
 
 METHODS: dict[str, Method] = {
     "none": Method("none", PLUGINS_NONE),
@@ -68,9 +67,7 @@ METHODS: dict[str, Method] = {
     "plugin-before": Method("plugin", PLUGINS_SPECDEC, needs_draft=True,
                             extra_site=f".cache/plugin-{PLUGIN_BEFORE[:7]}/site",
                             commit=PLUGIN_BEFORE),
-    "plugin-eager": Method("plugin", PLUGINS_SPECDEC, needs_draft=True,
-                           extra_site=f".cache/plugin-{PLUGIN_EAGER[:7]}/site",
-                           commit=PLUGIN_EAGER),
+    "plugin-compare": Method("plugin", PLUGINS_SPECDEC, needs_draft=True),
 }
 
 
@@ -137,9 +134,9 @@ TABLE: list[Entry] = [
     # names leave it as it was.
     Entry("plugin-before-hybrid-adaptive", "plugin-before", (8,),
           specdec={"method": "hybrid", "adaptive": True}),
-    # The plugin as of PLUGIN_EAGER, default options: sampled rows' verification before
-    # and after it made only the positions it reaches.
-    Entry("plugin-eager-hybrid-adaptive", "plugin-eager", (8,),
+    # The plugin as of ``--compare-commit`` with today's default options: one change
+    # measured beside the commit before it, in one run.
+    Entry("plugin-compare-hybrid-adaptive", "plugin-compare", (8,),
           specdec={"method": "hybrid", "adaptive": True}),
 ]
 
@@ -172,6 +169,11 @@ class BenchConfig:
         env = {"VLLM_PLUGINS": self.vllm_plugins}
         site, commit = METHODS[self.method].extra_site, METHODS[self.method].commit
         frozen = os.environ.get(PLUGIN_COMMIT_ENV)
+        if self.method == "plugin-compare":
+            frozen = os.environ.get(COMPARE_COMMIT_ENV)
+            if not frozen:
+                raise ValueError(f"{self.name} serves the plugin as of another commit. "
+                                 f"Fix: pass --compare-commit REV.")
         if frozen and not site and METHODS[self.method].kind == "plugin":
             # the plugin as of one commit, so that the tree may change during a run
             site, commit = f".cache/plugin-{frozen[:7]}/site", frozen

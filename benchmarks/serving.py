@@ -249,16 +249,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--plugin-commit", default=None, metavar="REV",
                     help="serve the plugin configurations from the package as of REV (exported "
                          "to .cache/plugin-SHA), so the working tree may change during the run")
+    ap.add_argument("--compare-commit", default=None, metavar="REV",
+                    help="serve the plugin-compare-* configurations from the package as of REV")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
-    if a.plugin_commit:
-        import subprocess
+    import subprocess
 
-        from benchmarks.configs import PLUGIN_COMMIT_ENV
+    from benchmarks.configs import COMPARE_COMMIT_ENV, PLUGIN_COMMIT_ENV
 
-        os.environ[PLUGIN_COMMIT_ENV] = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--verify", a.plugin_commit + "^{commit}"],
-            check=True, capture_output=True, text=True).stdout.strip()
+    for rev, env in ((a.plugin_commit, PLUGIN_COMMIT_ENV), (a.compare_commit, COMPARE_COMMIT_ENV)):
+        if rev:
+            os.environ[env] = subprocess.run(
+                ["git", "-C", str(REPO), "rev-parse", "--verify", rev + "^{commit}"],
+                check=True, capture_output=True, text=True).stdout.strip()
     d = SMOKE if a.smoke else FULL
     a.pair = a.pair or ("ci" if a.smoke else "bench")
     a.eager = a.eager or a.smoke

@@ -93,16 +93,18 @@ class SeedStream:
     """One seeded request's noise stream, as vLLM's CPU sampler draws it: output token i
     takes the i-th ``torch.randint(0, 2**31, (1,), generator=g)`` of a generator seeded
     with the request's seed (``TopKTopPSampler.forward_cpu``). Each is drawn once and
-    kept until ``release`` passes it, so a position re-verified in a later step (its
-    draft rejected before it) gets the same seed."""
+    kept, with the generator state before it, until ``release`` passes it, so a position
+    re-verified in a later step (its draft rejected before it) gets the same seed, and
+    vLLM's generator can be set to draw it (``state_at``)."""
 
-    __slots__ = ("seed", "prompt_len", "_gen", "_seeds", "_base")
+    __slots__ = ("seed", "prompt_len", "_gen", "_seeds", "_states", "_base")
 
     def __init__(self, seed: int, prompt_len: int) -> None:
         self.seed, self.prompt_len = int(seed), int(prompt_len)
         self._gen = torch.Generator()
         self._gen.manual_seed(self.seed)
         self._seeds: list[int] = []  # the draws for output tokens _base, _base + 1, ...
+        self._states: list[torch.Tensor] = []  # the generator state before each
         self._base = 0
 
     def seeds(self, start: int, count: int) -> list[int]:
@@ -113,16 +115,24 @@ class SeedStream:
             raise ValueError(f"seeds of output token {start} were released "
                              f"(up to {self._base})")
         while self._base + len(self._seeds) < start + count:
+            self._states.append(self._gen.get_state())
             self._seeds.append(int(torch.randint(0, 2**31, (1,), generator=self._gen,
                                                  dtype=torch.long).item()))
         i = start - self._base
         return self._seeds[i:i + count]
+
+    def state_at(self, index: int) -> torch.Tensor:
+        """The generator state whose next draw is output token ``index``'s seed (index >=
+        the last ``release``): what vLLM's generator must hold to sample that token."""
+        self.seeds(index, 1)
+        return self._states[index - self._base]
 
     def release(self, done: int) -> None:
         """Forget the seeds of output tokens before ``done`` (emitted: never sampled
         again). Verification calls it with the outputs committed so far."""
         drop = min(max(done - self._base, 0), len(self._seeds))
         del self._seeds[:drop]
+        del self._states[:drop]
         self._base += drop
 
     def noise(self, start: int, count: int, vocab: int,

@@ -231,6 +231,26 @@ def test_seed_stream_replays_vllms_generator_draws():
     assert streams.get("a", 3, 0).seeds(0, 2) == want[:2]
 
 
+def test_state_at_sets_a_generator_to_draw_that_tokens_seed():
+    """A step without drafts lets vLLM's sampler draw a seeded row's seed from vLLM's
+    generator, set to ``state_at(next output index)``: the draw is the stream's seed
+    there, whether the stream has drawn ahead (a draft round) or not yet."""
+    s, want = SeedStream(11, 4), vllm_seeds(11, 12)
+    gen = torch.Generator()
+
+    def vllm_draw(index: int) -> int:
+        gen.set_state(s.state_at(index))
+        return int(torch.randint(0, 2**31, (1,), generator=gen, dtype=torch.long).item())
+
+    assert [vllm_draw(i) for i in range(3)] == want[:3]   # nothing drawn ahead
+    s.seeds(3, 6)                                          # a draft round drew 3..8
+    s.release(4)
+    assert vllm_draw(4) == want[4] and vllm_draw(5) == want[5]
+    assert vllm_draw(10) == want[10]                       # past what was drawn
+    with pytest.raises(ValueError, match="released"):
+        s.state_at(3)
+
+
 @pytest.mark.parametrize("vocab", [5, 300])
 def test_seeded_tokens_are_vllms_op_on_the_streams_seeds(vocab):
     op = vllm_op()

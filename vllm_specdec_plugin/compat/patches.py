@@ -126,8 +126,9 @@ PATCHES: tuple[Patch, ...] = (
           **_SAMPLING,
           how="""a subclass whose forward runs target logits -> hard constraints -> our sampling
     pipeline (the one the draft's q goes through) -> rejection, reusing vLLM's parse_output
-    and logprobs. A step in which no row has drafts and none is seeded goes to vLLM's plain
-    Sampler, as without speculation; plain-greedy batches verify from the argmax alone."""),
+    and logprobs. A step in which no row has drafts goes to vLLM's plain Sampler, as without
+    speculation, with each seeded row's generator set to the state its replayed seed stream
+    has at the row's next output token; plain-greedy batches verify from the argmax alone."""),
     Patch(_GMR, "GPUModelRunner._input_fits_in_drafter",
           "runner_hooks.wrap_input_fits_in_drafter", ("worker",),
           why="""vLLM 0.32 drafts for the whole batch or for nobody: while any request is within

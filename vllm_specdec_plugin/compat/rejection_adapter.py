@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from vllm_specdec_plugin.compat.seeded import gumbel_op_built
 
 def is_ours(speculative_config: Any) -> bool:
     """True when a SpeculativeConfig selects one of this plugin's proposers."""
@@ -58,12 +59,9 @@ def _make_sampler_class(base: type) -> type:
         extra_positions = 0  # sampled positions it made beyond each row's first, since then
 
         def forward(self, metadata, draft_probs, logits, sampling_metadata):  # noqa: ANN001
-            if metadata.max_spec_len == 0 and not sampling_metadata.generators:
+            if metadata.max_spec_len == 0 and self._position_generators(sampling_metadata):
                 # No row has drafts: logits are one row per request, what the runner
                 # hands its Sampler without speculation. Same tokens, logprobs and cost.
-                # Not with seeded sampled rows (vLLM gives exactly those a generator):
-                # the exact path samples them from their own replayed seed stream
-                # (compat/seeded.py), so no step draws from vLLM's generator copy.
                 return self.sampler(logits=logits, sampling_metadata=sampling_metadata)
             runner = self.runner
             if runner is None or not _batch_known(runner, len(metadata.num_draft_tokens)):
@@ -82,6 +80,31 @@ def _make_sampler_class(base: type) -> type:
             # what a verifying step costs beyond a plain one (σ, control.cost)
             self.exact_seconds += time.perf_counter() - t0
             return SamplerOutput(sampled_token_ids=out, logprobs_tensors=logprobs)
+
+        def _position_generators(self, sampling_metadata) -> bool:  # noqa: ANN001
+            """Set each seeded row's vLLM generator (vLLM gives only those one) to draw
+            its next output token's seed from the stream the exact path replays
+            (compat/seeded.py), so vLLM's own sampler samples the row as it would
+            without speculation. False where that is not vLLM's noise (no CPU op, or
+            float64 Gumbel noise): the exact path then samples every seeded row."""
+            gens = sampling_metadata.generators
+            if not gens:
+                return True
+            runner = self.runner
+            if (runner is None or not gumbel_op_built()
+                    or getattr(self.sampler.topk_topp_sampler, "use_fp64_gumbel", True)):
+                return False
+            ids = runner.input_batch.req_ids
+            for i, gen in gens.items():
+                state = runner.requests.get(ids[i]) if i < len(ids) else None
+                if state is None or gen.device.type != "cpu":
+                    return False
+                stream = runner.drafter.seed_streams.get(ids[i], state.sampling_params.seed,
+                                                         state.num_prompt_tokens)
+                done = len(state.output_token_ids)
+                stream.release(done)
+                gen.set_state(stream.state_at(done))
+            return True
 
     return SpecDecRejectionSampler
 

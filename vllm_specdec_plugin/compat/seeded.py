@@ -5,7 +5,9 @@ output token i as ``_C.fused_gumbel_argmax(processed logits, seed_i)``: a Gumbel
 with per-token SplitMix64 noise, seed_i its i-th ``randint(0, 2**31)`` draw from the
 request's generator (``token_draw.SeedStream`` replays that stream). Verifying and
 drafting a seeded row with the same op and seeds makes its output vLLM's own
-whatever is drafted. Reads only; patches nothing.
+whatever is drafted; in a step without drafts, vLLM's own sampler draws the row's seed
+from its generator, set to the stream's state (``compat.rejection_adapter``). Reads
+only; patches nothing.
 Upstream: a public sampling-op API (or a rejection-sampler hook that hands over
 vLLM's own noise per position).
 Remove when: vLLM's speculative path samples seeded rows from their own stream.
@@ -18,10 +20,8 @@ import torch
 _op = None
 
 
-def gumbel_argmax(logits: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor | None:
-    """vLLM's seeded token per row: logits [n, V] float32 (processed: temperature,
-    min_p, top-k/top-p applied), seeds [n] int64. None where the op is not built
-    (vLLM's CUDA wheels): the caller then races on its own noise."""
+def gumbel_op_built() -> bool:
+    """True where vLLM's CPU op is built (its CPU wheels; not its CUDA ones)."""
     global _op
     if _op is None:
         try:
@@ -30,7 +30,14 @@ def gumbel_argmax(logits: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor | N
             _op = torch.ops._C.fused_gumbel_argmax
         except (ImportError, AttributeError, RuntimeError):
             _op = False
-    if _op is False or logits.device.type != "cpu":
+    return _op is not False
+
+
+def gumbel_argmax(logits: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor | None:
+    """vLLM's seeded token per row: logits [n, V] float32 (processed: temperature,
+    min_p, top-k/top-p applied), seeds [n] int64. None where the op is not built
+    (vLLM's CUDA wheels): the caller then races on its own noise."""
+    if not gumbel_op_built() or logits.device.type != "cpu":
         return None
     return _op(logits.to(torch.float32).contiguous(), seeds.to(torch.long))
 
