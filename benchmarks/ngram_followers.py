@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-from vllm_specdec_plugin.ngram import choose, match_followers
+from specdec_testing.ngram_reference import match_followers
+from vllm_specdec_plugin.ngram import choose
 from vllm_specdec_plugin.tuning import NGRAM_MAX_N, NGRAM_MIN_N, NGRAM_MIN_PROB, NGRAM_WINDOW
 
 

@@ -1,7 +1,7 @@
 """Draft-free n-gram ("prompt lookup") drafts over one request's own history (prompt +
 output): pure Python + numpy. ``ngram_corpus`` applies the same rules to finished
-requests. Up to ``k`` drafts, by these rules (``NGramIndex``; ``propose_reference`` is
-the brute-force specification):
+requests. Up to ``k`` drafts, by these rules (``NGramIndex``; the tests hold it to a
+brute-force specification, ``specdec_testing/ngram_reference.py``):
 
 * History of length ``L``; context ``c`` = history + the drafts so far, length ``m``.
   The suffix of length ``n`` is ``c[m-n:m]``, tried for ``n = max_n .. min_n`` (longest
@@ -33,7 +33,7 @@ import numpy as np
 from vllm_specdec_plugin.tuning import (NGRAM_MAX_N, NGRAM_MIN_N, NGRAM_MIN_PROB, NGRAM_PRIOR,
                                         NGRAM_WINDOW)
 
-__all__ = ["NGramConfig", "NGramIndex", "match_followers", "propose_reference"]
+__all__ = ["NGramConfig", "NGramIndex"]
 
 Followers = dict[int, int]  # following token -> occurrences
 
@@ -121,49 +121,6 @@ def ngram_keys(toks: list[int], lo: int, hi: int, n: int) -> list[tuple[int, ...
     if hi - lo > 8:
         return list(zip(*(toks[lo + i:hi + i] for i in range(n))))
     return [tuple(toks[s:s + n]) for s in range(lo, hi)]
-
-
-def propose_reference(
-    history: Sequence[int] | np.ndarray,
-    k: int,
-    max_n: int = NGRAM_MAX_N,
-    min_n: int = 1,
-    window: int = 1024,
-    min_prob: float = NGRAM_MIN_PROB,
-) -> list[int]:
-    """Brute-force O(k * max_n * window * n) scan of ``history`` ([L] token ids): the
-    specification ``NGramIndex`` must match."""
-    NGramConfig(max_n, min_n, window, min_prob)
-    check_k(k)
-    ctx = as_int_list(history)
-    lo = max(0, len(ctx) - window)
-    draft: list[int] = []
-    conf = 1.0
-    while len(draft) < k:
-        found = match_followers(ctx, lo, max_n, min_n)
-        pick = None if found is None else choose(*found)
-        if pick is None or conf * pick[1] < min_prob:
-            break
-        conf *= pick[1]
-        draft.append(pick[0])
-        ctx.append(pick[0])
-    return draft
-
-
-def match_followers(ctx: list[int], lo: int, max_n: int, min_n: int) -> tuple[Followers, int] | None:
-    """Brute-force scan: the follower counts of the longest suffix of ``ctx`` (``max_n ..
-    min_n`` tokens) that also starts at ``lo .. len(ctx) - n - 1``, and its most recent
-    occurrence's follower; None without a match."""
-    m = len(ctx)
-    for n in range(max_n, min_n - 1, -1):
-        suffix = ctx[m - n:] if n <= m else None
-        starts = [p for p in range(lo, m - n) if ctx[p:p + n] == suffix]
-        if starts:
-            followers: Followers = {}
-            for p in starts:
-                followers[ctx[p + n]] = followers.get(ctx[p + n], 0) + 1
-            return followers, ctx[starts[-1] + n]
-    return None
 
 
 class NGramIndex:

@@ -24,28 +24,19 @@ al., 2023, https://arxiv.org/abs/2211.17192; vLLM's `v1/sample/rejection_sampler
 Greedy rows draw nothing: a draft is accepted while it equals argmax(p_j); the
 recovered token is argmax(p_j) at the first mismatch, the bonus argmax(p_k).
 
-Seeded sampled rows (a seed, not greedy) are verified like greedy rows, against
-y_j, the token the request's own noise samples from p_j (the caller draws it:
-`compat/seeded.py`). On CPU that is vLLM's: output token i is vLLM's fused Gumbel-max
-of the processed logits with the i-th seed of the request's generator stream, so the
-text is token for token what vLLM without speculation samples. Elsewhere it is
-first_argmax(p_j / E_t) with Exp(1) noise keyed by (seed, absolute position t). Either
-way y_j is a sample from p_j, and the token emitted at a position is y of that position
-whatever was drafted: the output is a function of (seed, p) only, the same under any
-draft schedule, k or batch neighbours, up to the float rounding of p itself (Daliri,
-Musco & Suresh, "drafter-invariant speculative decoding",
-https://arxiv.org/abs/2408.07978). q is not read for these rows. The draft drafts with
-the same noise on q; a draft is then accepted whenever that noise picks the same token
-under q and p, with probability >= (1 - TV) / (1 + TV) for the race.
+Seeded sampled rows (a seed, not greedy) are verified like greedy rows, against y_j, the
+token the request's own noise samples from p_j (the caller draws it: `compat/seeded.py`;
+on CPU vLLM's own op and seed stream, so the text is vLLM's without speculation). The
+token emitted at a position is then y of that position whatever was drafted (Daliri,
+Musco & Suresh, https://arxiv.org/abs/2408.07978); q is not read for these rows. The
+draft drafts with the same noise on q: accepted when it picks the same token under both.
 
-Random-number consumption. Greedy and seeded rows draw nothing here. Unseeded sampled
-rows share torch's default generator: one call `torch.rand(B, K + 1, dtype=torch.float64)`
-per batch that has any; row b uses
-u_0..u_n: u_j (j < n) is the acceptance test of draft j (accepted iff
-u_j <= p_j(x) / q_j(x)) and u_n picks the recovered or bonus token by inverting the
-float64 cumulative sum of its (unnormalised) distribution. The tests' reference
-(`specdec_testing/rejection_reference.py`) draws the same way, so from the same
-default-generator state `rejection_sample` matches it bit for bit on every row.
+Random numbers: greedy and seeded rows draw none here. Unseeded sampled rows share torch's
+default generator: one `torch.rand(B, K + 1, dtype=torch.float64)` per batch that has
+any; row b's u_j (j < n) tests draft j (accepted iff u_j <= p_j(x) / q_j(x)) and u_n
+inverts the float64 cumulative sum of its recovered or bonus distribution. The tests'
+reference (`specdec_testing/rejection_reference.py`) draws the same, so it matches
+`rejection_sample` bit for bit from the same generator state.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from vllm_specdec_plugin.ngram import NGramConfig, NGramIndex, propose_reference
+from specdec_testing.ngram_reference import propose_reference
+from vllm_specdec_plugin.ngram import NGramConfig, NGramIndex
 from vllm_specdec_plugin.ngram_corpus import CorpusIndex
 from vllm_specdec_plugin.tuning import NGRAM_PRIOR
 

@@ -1,37 +1,20 @@
 """The request sampling pipeline: raw logits -> the distribution a request samples from.
 
 One function makes the target's p (verification logits) and the draft's q, so both go
-through identical transforms. Lossless speculation needs the output distributed as the
-*processed* p, what vLLM's own `Sampler` samples from; q only has to be what the draft
-token was drawn from. Order (vLLM 0.32 `v1/sample/sampler.py`, `Sampler.forward` ->
-`apply_logits_processors` -> `sample`):
+through identical transforms. The output must be distributed as the *processed* p, what
+vLLM's own `Sampler` samples from. vLLM 0.32's order (`v1/sample/sampler.py`):
 
-1. logits -> float32 (`Sampler.forward`).
-2. logit_bias, a non-argmax-invariant logits processor
-   (`v1/sample/logits_processor/builtin.py`, `LogitBiasLogitsProcessor.apply`).
-3. penalties: we call vLLM's own `model_executor/layers/utils.py` `apply_penalties`
-   (what `v1/sample/ops/penalties.py` `apply_all_penalties` calls), so p on a
-   speculative step is bit-identical to a plain step's on every platform (on CUDA
-   the repetition penalty is a custom kernel, `_custom_ops.apply_repetition_penalties`):
-   a) repetition: tokens seen in prompt OR output; positive logits are divided by the
-      penalty, the others multiplied;
-   b) frequency: `logits -= frequency_penalty * count_in_output`;
-   c) presence: `logits -= presence_penalty * (count_in_output > 0)`.
-   Frequency and presence look at output tokens only, never the prompt.
-4. greedy rows (temperature < 1e-5, vLLM's `_SAMPLING_EPS`) stop here: argmax of the
-   biased, penalised logits (`Sampler.sample` -> `greedy_sample`). `target_probs`
-   returns its one-hot, `position_probs` the processed logits themselves (the
-   rejection step reads only their argmax). Ties go to the lowest id (`torch.argmax`).
-5. temperature: `logits / temperature` (`Sampler.apply_temperature`).
-6. min_p, an argmax-invariant processor (`MinPLogitsProcessor.apply`): softmax of the
-   temperature-scaled logits, drop tokens with prob < min_p * max_prob.
-7. top-k then top-p (`v1/sample/ops/topk_topp_sampler.py` `apply_top_k_top_p`: a
-   Triton kernel where vLLM has Triton, else `apply_top_k_top_p_pytorch`):
-   top-k keeps every token whose logit is >= the k-th largest logit, so ties at the
-   boundary are all kept (may keep more than k); top-p sorts the (top-k-masked) logits
-   ascending, masks positions whose ascending cumulative probability is
-   <= 1 - top_p, and always keeps the largest. Exact ties at the top-p boundary
-   fall as vLLM's own op decides: we call it (`compat/top_k_top_p.py`).
+1. logits -> float32;
+2. logit_bias (`LogitBiasLogitsProcessor.apply`);
+3. penalties by vLLM's own `apply_penalties` (`model_executor/layers/utils.py`; a CUDA
+   kernel on GPU), so p is bit-identical to a plain step's: repetition over prompt and
+   output (positive logits divided, others multiplied), frequency and presence over
+   the output only;
+4. greedy rows (temperature < 1e-5) stop here: argmax, ties to the lowest id
+   (`target_probs` returns its one-hot, `position_probs` the logits themselves);
+5. temperature; 6. min_p (drop prob < min_p * max prob, `MinPLogitsProcessor`);
+7. top-k then top-p by vLLM's own `apply_top_k_top_p` (`compat/top_k_top_p.py`), so
+   ties at either boundary fall as vLLM's op decides;
 8. softmax in float32 (`TopKTopPSampler.forward_native`).
 
 Histories (what the penalties read, and how drafts enter them): `histories.py`.
