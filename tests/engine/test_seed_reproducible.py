@@ -10,8 +10,11 @@ and greedy neighbours, and beside a neighbour that reaches max_model_len (where 
 itself skips drafting for the whole batch; with our drafter each row drafts within its
 own room: the ``_input_fits_in_drafter`` row of compat/patches.py), 3 times each, in "draft", "hybrid" and
 adaptive "hybrid" engines (one engine per mode). Its output must be identical in all
-27 runs; the placements must really have changed its draft schedule (drafted-token
-counts differ), and another seed must give another output. A self-drafting engine
+27 runs; in the hybrid engines the placements must really have changed its draft
+schedule (drafted-token counts differ: neighbours feed the n-gram corpus and the learned
+acceptance), and another seed must give another output. A fixed-k "draft" engine drafts
+k for the row within its own room whatever its neighbours, so its schedule moves only by
+timing (cuts before a waiting prompt): there the output is checked, the schedule is not. A self-drafting engine
 (the target as its own draft, so q ~= p) checks that the draft side drafts each
 output token with the noise its verification uses for that token: its seeded drafts
 are then accepted almost always.
@@ -94,18 +97,11 @@ def test_placements_changed_the_draft_schedule(results):
         drafted = {name: _seeded(res, name)["spec_decode"]["num_draft_tokens"]
                    for name in res["jobs"] if name != "other-seed"}
         print(f"{mode}: seeded request's drafted tokens {drafted}")      # shown with -s
-        assert len(set(drafted.values())) > 1, (mode, drafted)
+        if mode != "draft":  # fixed k: the schedule moves by timing only (module doc)
+            assert len(set(drafted.values())) > 1, (mode, drafted)
         # The neighbour at max_model_len really ran to it.
         long = [o for o in res["jobs"]["maxlen-0"] if o["prompt_len"] == len(LONG_PROMPT)]
         assert len(long) == 1 and len(long[0]["token_ids"]) == MAX_MODEL_LEN - len(LONG_PROMPT)
-    # Fixed k: neighbours move the schedule only through vLLM's batch (chunked steps,
-    # drafts cut before a prompt's step), which depends on timing, so one run may match
-    # "alone": check the placements across runs.
-    draft = results["draft"]
-    alone = {_seeded(draft, f"alone-{r}")["spec_decode"]["num_draft_tokens"] for r in range(RUNS)}
-    moved = {_seeded(draft, f"{pl}-{r}")["spec_decode"]["num_draft_tokens"]
-             for pl in PLACEMENTS if pl != "alone" for r in range(RUNS)}
-    assert moved - alone, (alone, moved)
 
 
 def test_another_seed_gives_another_output(results):
