@@ -46,6 +46,9 @@ class Method:
     # The plugin package as of this git commit, exported (git archive) into extra_site
     # on first use: it comes before the editable install on PYTHONPATH.
     commit: str | None = None
+    # The environment variable naming its commit instead (plugin kinds; default: the
+    # --plugin-commit one, optional; any other: required).
+    commit_env: str | None = None
 
 
 # The plugin before the controller's rewrite (aa07521, 2026-12-02), served beside the
@@ -67,7 +70,8 @@ METHODS: dict[str, Method] = {
     "plugin-before": Method("plugin", PLUGINS_SPECDEC, needs_draft=True,
                             extra_site=f".cache/plugin-{PLUGIN_BEFORE[:7]}/site",
                             commit=PLUGIN_BEFORE),
-    "plugin-compare": Method("plugin", PLUGINS_SPECDEC, needs_draft=True),
+    "plugin-compare": Method("plugin", PLUGINS_SPECDEC, needs_draft=True,
+                             commit_env=COMPARE_COMMIT_ENV),
 }
 
 
@@ -167,14 +171,13 @@ class BenchConfig:
         """Environment its engine process needs on top of the harness's own:
         VLLM_PLUGINS, and PYTHONPATH for packages kept outside the project venv."""
         env = {"VLLM_PLUGINS": self.vllm_plugins}
-        site, commit = METHODS[self.method].extra_site, METHODS[self.method].commit
-        frozen = os.environ.get(PLUGIN_COMMIT_ENV)
-        if self.method == "plugin-compare":
-            frozen = os.environ.get(COMPARE_COMMIT_ENV)
-            if not frozen:
-                raise ValueError(f"{self.name} serves the plugin as of another commit. "
-                                 f"Fix: pass --compare-commit REV.")
-        if frozen and not site and METHODS[self.method].kind == "plugin":
+        m = METHODS[self.method]
+        site, commit = m.extra_site, m.commit
+        frozen = os.environ.get(m.commit_env or PLUGIN_COMMIT_ENV)
+        if m.commit_env and not frozen:
+            raise ValueError(f"{self.name} serves the plugin as of another commit. "
+                             f"Fix: pass --compare-commit REV.")
+        if frozen and not site and m.kind == "plugin":
             # the plugin as of one commit, so that the tree may change during a run
             site, commit = f".cache/plugin-{frozen[:7]}/site", frozen
         if site:

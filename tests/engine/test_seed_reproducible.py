@@ -14,10 +14,10 @@ adaptive "hybrid" engines (one engine per mode). Its output must be identical in
 schedule (drafted-token counts differ: neighbours feed the n-gram corpus and the learned
 acceptance), and another seed must give another output. A fixed-k "draft" engine drafts
 k for the row within its own room whatever its neighbours, so its schedule moves only by
-timing (cuts before a waiting prompt): there the output is checked, the schedule is not. A self-drafting engine
-(the target as its own draft, so q ~= p) checks that the draft side drafts each
-output token with the noise its verification uses for that token: its seeded drafts
-are then accepted almost always.
+timing (cuts before a waiting prompt): there the output is checked, the schedule is
+not. A self-drafting engine (the target as its own draft, so q ~= p) checks that the
+draft side drafts each output token with the noise its verification uses for that
+token: its seeded drafts are then accepted almost always.
 
 The code before seeded rows took noise keyed by output token (per-request generators,
 one draw per drafted token) fails the first test: in hybrid and adaptive hybrid

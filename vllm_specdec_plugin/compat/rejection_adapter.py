@@ -14,6 +14,7 @@ import torch
 
 from vllm_specdec_plugin.compat.seeded import gumbel_op_built
 
+
 def is_ours(speculative_config: Any) -> bool:
     """True when a SpeculativeConfig selects one of this plugin's proposers."""
     from vllm_specdec_plugin.config import selects_plugin
@@ -99,14 +100,20 @@ def _make_sampler_class(base: type) -> type:
                 state = runner.requests.get(ids[i]) if i < len(ids) else None
                 if state is None or gen.device.type != "cpu":
                     return False
-                stream = runner.drafter.seed_streams.get(ids[i], state.sampling_params.seed,
-                                                         state.num_prompt_tokens)
-                done = len(state.output_token_ids)
-                stream.release(done)
-                gen.set_state(stream.state_at(done))
+                gen.set_state(_seed_stream(runner, ids[i], state).state_at(
+                    len(state.output_token_ids)))
             return True
 
     return SpecDecRejectionSampler
+
+
+def _seed_stream(runner: Any, req_id: str, state: Any) -> Any:
+    """A seeded request's ``token_draw.SeedStream``, the seeds of its emitted tokens
+    released (not those of drafts ahead of them)."""
+    stream = runner.drafter.seed_streams.get(req_id, state.sampling_params.seed,
+                                             state.num_prompt_tokens)
+    stream.release(len(state.output_token_ids))
+    return stream
 
 
 def _batch_known(runner: Any, batch_size: int) -> bool:
@@ -187,10 +194,7 @@ def exact_rejection_sample(runner: Any, metadata: Any, draft_probs: torch.Tensor
         # (Async scheduling would pad output_token_ids; vLLM 0.32 runs custom_class
         # proposers without it.)
         for b in (b for b in range(B) if seeded[b]):
-            stream = runner.drafter.seed_streams.get(req_ids[b], specs[b].seed,
-                                                     states[b].num_prompt_tokens)
-            stream.release(len(outputs[b]))  # emitted tokens' seeds (not the drafts' ahead)
-            streams[b] = stream
+            streams[b] = _seed_stream(runner, req_ids[b], states[b])
 
     def rows(idx: torch.Tensor) -> torch.Tensor:  # only the positions verification reaches
         if made is not None:
