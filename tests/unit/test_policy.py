@@ -725,31 +725,46 @@ def test_plans_while_it_pays_and_before_evidence():
     assert not cost.skipping(64)
 
 
-def test_skips_where_planning_costs_more_and_probes_back_off():
+def test_skips_where_planning_costs_more_and_trials_back_off():
     cost = PlanningCost()
-    planned = run(cost, 64, host=3e-3, saved=1e-3, steps=600)
+    planned = run(cost, 64, host=3e-3, saved=1e-3, steps=2000)
     n = _steps_to_min()  # the pair that brings the decayed count to HOST_MIN_STEPS
     assert planned[:n] == [True] * n and planned[n] is False and cost.skipping(64)
-    probes = [i for i, p in enumerate(planned) if p and i >= n]
-    gaps = [b - a for a, b in zip([n - 1] + probes, probes)]
-    assert gaps[:6] == [8, 16, 32, 64, 128, 128]  # PROBE_EVERY, doubling to PROBE_MAX
-    assert sum(planned) < n + 8
+    # each trial plans a fresh window of n steps; a losing one doubles the wait
+    starts = [i for i in range(n, len(planned)) if planned[i] and not planned[i - 1]]
+    ends = [i for i in range(n + 1, len(planned)) if not planned[i] and planned[i - 1]]
+    assert len(starts) > 6 and all(e - s == n for s, e in zip(starts, ends))
+    waits = [s - e for e, s in zip([n] + ends, starts)]
+    assert waits[:6] == [7, 15, 31, 63, 127, 127]  # PROBE_EVERY, doubling to PROBE_MAX
+    assert sum(planned) < len(planned) / 8
 
 
-def test_a_probe_that_pays_resumes_planning_and_buckets_are_apart():
+def test_a_trial_that_pays_resumes_planning_and_buckets_are_apart():
     cost = PlanningCost()
     run(cost, 40, host=3e-3, saved=1e-3, steps=40)
     # buckets are powers of two: 32-63 skip, 64 and 16 have no evidence of their own
     assert cost.skipping(40) and cost.skipping(63) and not cost.skipping(64)
     assert all(run(cost, 16, host=1e-3, saved=3e-3, steps=20))
-    # the same load now pays: the next probe's saving lifts the bucket's mean above 0
-    planned = run(cost, 40, host=1e-3, saved=0.2, steps=PROBE_MAX + 5)
+    # the same load now pays a little: the old losses do not count against the trial
+    planned = run(cost, 40, host=1e-3, saved=1.5e-3, steps=PROBE_MAX + 5)
     first = planned.index(True)
-    assert cost.probing is False and not cost.skipping(40)
+    assert not cost.skipping(40)
     assert all(planned[first:]) and first < PROBE_MAX
 
 
-def test_probing_marks_the_probe_steps_only_and_unmeasurable_steps_drop_the_pair():
+def test_a_won_trial_resets_the_backoff():
+    cost = PlanningCost()
+    n = _steps_to_min()
+    run(cost, 64, host=3e-3, saved=1e-3, steps=n + 7 + n + 15)  # skipped, lost a trial
+    assert cost.skipping(64)
+    run(cost, 64, host=1e-3, saved=3e-3, steps=40)  # wins its next trial
+    assert not cost.skipping(64)
+    planned = run(cost, 64, host=3e-3, saved=1e-3, steps=300)
+    first_skip = planned.index(False)
+    assert planned[first_skip:first_skip + 8] == [False] * 7 + [True]  # PROBE_EVERY again
+
+
+def test_probing_marks_the_trial_start_only_and_unmeasurable_steps_drop_the_pair():
     cost = PlanningCost()
     assert cost.plan(64) and not cost.probing  # no evidence: a plain plan
     cost.planned(64, 5e-3)
@@ -759,6 +774,7 @@ def test_probing_marks_the_probe_steps_only_and_unmeasurable_steps_drop_the_pair
     assert cost.skipping(64)
     seen = [(cost.plan(64), cost.probing) for _ in range(PROBE_EVERY)]
     assert seen == [(False, False)] * (PROBE_EVERY - 1) + [(True, True)]
+    assert not cost.skipping(64) and cost.plan(64) and not cost.probing  # the window
 
 
 def test_never_plans_where_planning_alone_overruns_the_first_tokens_room():

@@ -19,7 +19,7 @@ steps (a step without drafts at this batch = 1; it emits B tokens).
   token beside a prompt priced at least as a prompt token: the step is compute-bound).
 - **Probes** give every row with an offer one draft, so a stale α is measured again
   (``ProbeSchedule``); **host time** (``PlanningCost``): a batch size where planning
-  took more than it saved is planned only for probes, nor past the first token's room.
+  took more than it saved is planned only in trial windows, nor past the first token's room.
   Without ``adaptive`` a row verifies all its offer's drafts, within the first token's room.
 """
 
@@ -246,25 +246,35 @@ class ProbeSchedule:
 
 class PlanningCost:
     """The host-time term: per batch bucket (powers of two), the decayed mean of target s a
-    planned step saved less planning's host s; below 0 over ``HOST_MIN_STEPS`` steps, probes only."""
+    planned step saved less planning's host s; below 0 over ``HOST_MIN_STEPS`` steps, the
+    bucket is skipped. A probe is a trial: the bucket plans again from fresh evidence and
+    is skipped again only if that new window is below 0 (its backoff then doubles)."""
 
     def __init__(self) -> None:
         self._net: dict[int, DecayedRate] = {}
         self._probes: dict[int, Backoff] = {}  # the buckets being skipped
+        self._trials: dict[int, Backoff] = {}  # the buckets on trial, with their backoff
         self._host = DecayedRate(HOST_DECAY)   # host seconds per planned step, any batch
         self._pending: tuple[int, float] | None = None
-        self.probing = False  # the last ``plan`` is a skipped bucket's probe
+        self.probing = False  # the last ``plan`` began a skipped bucket's trial
 
     def plan(self, batch: int, room_s: float | None = None) -> bool:
         """Whether to plan a step at ``batch`` rows (``room_s``: the first token's room, s)."""
         self.probing = False
         if room_s is not None and self._host.den and room_s < self._host.value(0.0, 0.0):
             return False
-        backoff = self._probes.get(batch.bit_length())
+        key = batch.bit_length()
+        backoff = self._probes.get(key)
         if backoff is None:
             return True
-        self.probing = backoff.tick()
-        return self.probing
+        if not backoff.tick():
+            return False
+        # One step decides nothing (most sampled steps verify no draft): judge a whole
+        # window again, so a bucket that pays now is not held by what it did before.
+        self.probing = True
+        self._trials[key] = self._probes.pop(key)
+        self._net[key] = DecayedRate(HOST_DECAY)
+        return True
 
     def planned(self, batch: int, host_s: float) -> None:
         """A step at ``batch`` rows took ``host_s`` to plan (``book`` pairs its saving)."""
@@ -279,15 +289,17 @@ class PlanningCost:
         key, host = pending
         net = self._net.setdefault(key, DecayedRate(HOST_DECAY))
         net.add(saved_s - host, 1.0)
-        backoff = self._probes.get(key)
         if net.den < HOST_MIN_STEPS:
             return
         if net.num >= 0:
-            self._probes.pop(key, None)
-        elif backoff is not None:
-            backoff.failed()
+            self._trials.pop(key, None)
+            return
+        backoff = self._trials.pop(key, None)
+        if backoff is None:
+            backoff = Backoff(PROBE_EVERY, PROBE_MAX)
         else:
-            self._probes[key] = Backoff(PROBE_EVERY, PROBE_MAX)
+            backoff.failed()
+        self._probes[key] = backoff
 
     def skipping(self, batch: int) -> bool:
         return batch.bit_length() in self._probes
