@@ -748,7 +748,7 @@ def test_a_trial_that_pays_resumes_planning_and_buckets_are_apart():
     # the same load now pays a little: the old losses do not count against the trial
     planned = run(cost, 40, host=1e-3, saved=1.5e-3, steps=PROBE_MAX + 5)
     first = planned.index(True)
-    assert not cost.skipping(40)
+    assert cost.probing is False and not cost.skipping(40)
     assert all(planned[first:]) and first < PROBE_MAX
 
 
